@@ -1,0 +1,3 @@
+from heedful.cli import main
+
+main()

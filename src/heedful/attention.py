@@ -1,0 +1,263 @@
+"""Attention as the papers define it: masks, scaled dot-product, multi-head, Bahdanau and Luong.
+
+Every attention here has one call shape, so they are interchangeable and one test harness and one
+plotting path serve them all:
+
+    forward(query, keys, values, mask) -> (context, weights)
+
+Shapes: query (..., Lq, d_q), keys (..., Lk, d_k), values (..., Lk, d_v); weights (..., Lq, Lk).
+Masks are boolean and **True where attention is allowed**, broadcastable to (..., Lq, Lk):
+a padding mask is (B, 1, S), a causal mask is (T, T); combine them with `&`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# ---------------------------------------------------------------------------------------------
+# Masks: built here and nowhere else.
+# ---------------------------------------------------------------------------------------------
+
+
+def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """(B, S) token ids -> (B, 1, S) mask, True on real tokens: no query may attend to padding."""
+    return (tokens != pad_id).unsqueeze(-2)
+
+
+def causal_mask(length: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """(T, T) lower-triangular mask: position t may attend to positions <= t, never the future."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()
+
+
+def check_mask(mask: torch.Tensor | None, scores_shape: torch.Size) -> None:
+    """Fail early, with both shapes in the message, on a mask that cannot apply to the scores."""
+    if mask is None:
+        return
+    if mask.dtype != torch.bool:
+        raise TypeError(f"attention mask must be a bool tensor (True = may attend), got {mask.dtype}")
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        shape = None
+    if shape != scores_shape:
+        raise ValueError(
+            f"attention mask of shape {tuple(mask.shape)} does not broadcast to the attention "
+            f"scores' shape {tuple(scores_shape)} (..., query length, key length)"
+        )
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the last axis with masked keys at exactly 0 weight.
+
+    Masked scores are set to the dtype's minimum rather than -inf (or a magic -1e9, which overflows
+    in half precision): exp(min - max) underflows to exactly 0 for any row with an allowed key, and
+    a row whose keys are all masked stays finite (uniform) before we zero it, so neither the output
+    nor the gradient ever sees a NaN.
+    """
+    if mask is None:
+        return scores.softmax(dim=-1)
+    check_mask(mask, scores.shape)
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    # Rows with no allowed key get all-zero weights, hence a zero context.
+    return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
+
+
+def attend(
+    scores: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, dropout_p: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The part all attentions share: weights = softmax(scores), context = weights · V."""
+    weights = masked_softmax(scores, mask)  # (..., Lq, Lk)
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0.0 else weights
+    return dropped @ values, weights  # (..., Lq, d_v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled dot-product attention (Vaswani et al. 2017, §3.2.1)
+# ---------------------------------------------------------------------------------------------
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention(Q, K, V) = softmax(QKᵀ / √d_k) · V, returning (output, weights).
+
+    q: (..., Lq, d_k), k: (..., Lk, d_k), v: (..., Lk, d_v), mask broadcastable to (..., Lq, Lk),
+    True where attention is allowed. Masked weights are exactly 0; a query row whose keys are all
+    masked gets zero weights and a zero output. `weights` are returned before dropout, so they are
+    what the model computed, not what a random mask kept.
+    """
+    d_k = q.size(-1)
+    # scores = QKᵀ / √d_k: the scaling keeps the dot products' variance near 1 so the softmax does
+    # not saturate into one-hot rows with vanishing gradients (§3.2.1).
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., Lq, Lk)
+    return attend(scores, v, mask, dropout_p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-head attention (Vaswani et al. 2017, §3.2.2)
+# ---------------------------------------------------------------------------------------------
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W_O, head_i = Attention(Q W_Qi, K W_Ki, V W_Vi).
+
+    When the weights are not needed it runs torch's fused `scaled_dot_product_attention`, which
+    computes the same function without materialising the (Lq, Lk) matrix in Python.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if num_heads < 1 or d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by num_heads ({num_heads}): "
+                "each head gets d_model / num_heads dimensions"
+            )
+        self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, D) -> (B, H, L, D/H)"""
+        b, length, _ = x.shape
+        return x.view(b, length, self.num_heads, self.d_head).transpose(1, 2)
+
+    def project_kv(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """K W_K and V W_V split into heads, (B, H, Lk, D/H) each. Decoders cache these."""
+        return self.split_heads(self.w_k(keys)), self.split_heads(self.w_v(values))
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query (B, Lq, D), keys/values (B, Lk, D), mask broadcastable to (B, Lq, Lk).
+
+        Returns (context (B, Lq, D), weights (B, H, Lq, Lk) if need_weights else None).
+        """
+        k, v = self.project_kv(keys, values)
+        return self.attend_projected(query, k, v, mask, need_weights)
+
+    def attend_projected(
+        self,
+        query: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of `query` over already projected heads k, v (B, H, Lk, D/H)."""
+        b, lq, _ = query.shape
+        q = self.split_heads(self.w_q(query))  # (B, H, Lq, D/H)
+        if mask is not None:
+            check_mask(mask, torch.Size((b, lq, k.size(-2))))
+            mask = mask.unsqueeze(-3) if mask.dim() == 3 else mask  # add the head axis
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, p)  # (B, H, Lq, D/H)
+        else:
+            out, weights = _fused_attention(q, k, v, mask, p), None
+        out = out.transpose(1, 2).reshape(b, lq, self.d_model)  # merge heads: (B, Lq, D)
+        return self.w_o(out), weights
+
+
+def _fused_attention(q, k, v, mask: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
+    """torch's fused kernel, with our convention that a fully masked query row outputs zeros."""
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    any_allowed = mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
+    if bool(any_allowed.all()):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    # Let empty rows attend everywhere (finite), then zero them: no NaN forward or backward.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~any_allowed, dropout_p=dropout_p)
+    return out * any_allowed
+
+
+# ---------------------------------------------------------------------------------------------
+# Additive attention (Bahdanau et al. 2014) and multiplicative attention (Luong et al. 2015)
+# ---------------------------------------------------------------------------------------------
+
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau et al. 2014, eq. 6: score(q, k) = vᵀ tanh(W_q q + W_k k).
+
+    A small feed-forward network scores each (decoder state, encoder state) pair; it lets the
+    query and keys have different sizes (e.g. a bidirectional encoder's 2H-wide states).
+    """
+
+    def __init__(self, query_size: int, key_size: int, hidden_size: int):
+        super().__init__()
+        self.w_q = nn.Linear(query_size, hidden_size, bias=False)
+        self.w_k = nn.Linear(key_size, hidden_size, bias=False)
+        self.v = nn.Linear(hidden_size, 1, bias=False)
+
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        """W_k k does not depend on the query: a decoder computes it once per sentence."""
+        return self.w_k(keys)  # (..., Lk, A)
+
+    def score(self, query: torch.Tensor, prepared_keys: torch.Tensor) -> torch.Tensor:
+        # (..., Lq, 1, A) + (..., 1, Lk, A) -> tanh -> v -> (..., Lq, Lk)
+        hidden = torch.tanh(self.w_q(query).unsqueeze(-2) + prepared_keys.unsqueeze(-3))
+        return self.v(hidden).squeeze(-1)
+
+    def forward(self, query, keys, values, mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        return attend(self.score(query, self.prepare_keys(keys)), values, mask)
+
+
+LUONG_KINDS = ("dot", "general", "concat")
+
+
+class LuongAttention(nn.Module):
+    """Luong et al. 2015, §3.1, three scores of decoder state h_t against encoder state h̄_s:
+
+    dot:     h_tᵀ h̄_s                  (needs equal sizes, no parameters)
+    general: h_tᵀ W_a h̄_s
+    concat:  v_aᵀ tanh(W_a [h_t; h̄_s])
+    """
+
+    def __init__(self, kind: str, query_size: int, key_size: int, hidden_size: int | None = None):
+        super().__init__()
+        if kind not in LUONG_KINDS:
+            raise ValueError(f"unknown Luong attention kind {kind!r}; choose one of {LUONG_KINDS}")
+        if kind == "dot" and query_size != key_size:
+            raise ValueError(
+                f"Luong 'dot' attention needs query_size == key_size, got {query_size} and "
+                f"{key_size}; use 'general' to learn a map between them"
+            )
+        self.kind, self.query_size = kind, query_size
+        if kind == "general":
+            self.w_a = nn.Linear(key_size, query_size, bias=False)
+        elif kind == "concat":
+            self.w_a = nn.Linear(query_size + key_size, hidden_size or query_size, bias=False)
+            self.v_a = nn.Linear(hidden_size or query_size, 1, bias=False)
+
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        if self.kind == "general":
+            return self.w_a(keys)  # W_a h̄_s: (..., Lk, d_q)
+        if self.kind == "concat":
+            # W_a [h_t; h̄_s] = W_q h_t + W_k h̄_s with W_a = [W_q W_k]: project keys once.
+            return F.linear(keys, self.w_a.weight[:, self.query_size :])  # (..., Lk, A)
+        return keys
+
+    def score(self, query: torch.Tensor, prepared_keys: torch.Tensor) -> torch.Tensor:
+        if self.kind == "concat":
+            projected_query = F.linear(query, self.w_a.weight[:, : self.query_size])  # (..., Lq, A)
+            hidden = torch.tanh(projected_query.unsqueeze(-2) + prepared_keys.unsqueeze(-3))
+            return self.v_a(hidden).squeeze(-1)  # (..., Lq, Lk)
+        return query @ prepared_keys.transpose(-2, -1)  # (..., Lq, Lk)
+
+    def forward(self, query, keys, values, mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        return attend(self.score(query, self.prepare_keys(keys)), values, mask)

@@ -1,0 +1,219 @@
+"""Typed configuration: frozen dataclasses, loaded from YAML, with dotted command-line overrides.
+
+Unknown keys and wrong types are errors that name the key, because a typo in a config that is
+silently ignored costs a user a whole training run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, has the wrong type or an invalid value; the message names it."""
+
+
+def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
+    if value not in options:
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(options)}")
+
+
+def _positive(key: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+ARCHS = ("transformer", "rnn")
+RNN_ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str = "transformer"  # transformer | rnn
+    d_model: int = 128  # embedding size (and the Transformer's width)
+    dropout: float = 0.1
+    tie_embeddings: bool = False  # share target embedding and output projection
+    # Transformer
+    num_heads: int = 4
+    encoder_layers: int = 2
+    decoder_layers: int = 2
+    d_ff: int = 512
+    norm: str = "post"  # post (as in the paper) | pre (more stable for deep stacks)
+    positional: str = "sinusoidal"  # sinusoidal | learned
+    max_positions: int = 512
+    # RNN encoder-decoder
+    rnn_cell: str = "gru"  # gru | lstm
+    hidden_size: int = 256
+    rnn_layers: int = 1
+    bidirectional: bool = True  # each direction gets hidden_size / 2
+    attention: str = "bahdanau"  # none | bahdanau | luong-dot | luong-general | luong-concat
+    input_feeding: bool = False  # Luong 2015 §3.3: feed [h_t; c_t] summary into the next step
+
+    def __post_init__(self) -> None:
+        _choice("model.arch", self.arch, ARCHS)
+        _choice("model.norm", self.norm, ("post", "pre"))
+        _choice("model.positional", self.positional, ("sinusoidal", "learned"))
+        _choice("model.rnn_cell", self.rnn_cell, ("gru", "lstm"))
+        _choice("model.attention", self.attention, RNN_ATTENTIONS)
+        for name in ("d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
+                     "max_positions", "hidden_size", "rnn_layers"):  # fmt: skip
+            _positive(f"model.{name}", getattr(self, name))
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout: must be in [0, 1), got {self.dropout}")
+        if self.arch == "transformer" and self.d_model % self.num_heads:
+            raise ConfigError(
+                f"model.d_model ({self.d_model}) must be divisible by model.num_heads "
+                f"({self.num_heads})"
+            )
+        if self.arch == "rnn" and self.bidirectional and self.hidden_size % 2:
+            raise ConfigError(
+                f"model.hidden_size ({self.hidden_size}) must be even with model.bidirectional"
+            )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 1
+    batch_tokens: int = 4096  # target tokens per batch (batches are length-bucketed)
+    max_steps: int = 3000
+    max_time: float | None = None  # seconds of wall-clock training; a checkpoint is kept
+    lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
+    warmup_steps: int = 200
+    schedule: str = "inverse_sqrt"  # inverse_sqrt (Noam) | constant (after warm-up)
+    optimizer: str = "adam"  # adam | adamw
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0  # 0 disables gradient clipping
+    eval_every: int = 250  # steps between validations
+    log_every: int = 10
+
+    def __post_init__(self) -> None:
+        _choice("train.schedule", self.schedule, ("inverse_sqrt", "constant"))
+        _choice("train.optimizer", self.optimizer, ("adam", "adamw"))
+        for name in ("batch_tokens", "max_steps", "lr", "eval_every", "log_every"):
+            _positive(f"train.{name}", getattr(self, name))
+        for name in ("warmup_steps", "weight_decay", "clip_norm"):
+            _positive(f"train.{name}", getattr(self, name), allow_zero=True)
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"train.label_smoothing: must be in [0, 1), got {self.label_smoothing}")
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain data <-> dataclasses, with the key path in every error
+# ---------------------------------------------------------------------------------------------
+
+
+def _convert(value: Any, hint: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(value, option, key)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
+        return from_dict(hint, value, prefix=f"{key}.")
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
+        return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is bool and not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool)):
+        raise ConfigError(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    """Build dataclass `cls` from plain data; unknown keys and wrong types raise ConfigError."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(
+            f"unknown config key {prefix}{unknown[0]} (known keys under "
+            f"{prefix.rstrip('.') or 'the top level'}: {', '.join(sorted(names))})"
+        )
+    kwargs = {name: _convert(value, hints[name], prefix + name) for name, value in data.items()}
+    return cls(**kwargs)
+
+
+def to_dict(config: Any) -> dict:
+    """Plain, YAML/JSON-ready data (tuples become lists)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(dataclasses.asdict(config))
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply `section.key=value` strings (values parsed as YAML) to plain config data."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        path, raw = item.split("=", 1)
+        *parents, leaf = path.strip().split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part} is not a section")
+        node[leaf] = yaml.safe_load(raw)
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = (), cls: type = Config):
+    """Read a YAML config (or the defaults when path is None) and apply overrides."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: invalid YAML: {error}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    try:
+        return from_dict(cls, apply_overrides(data, list(overrides)))
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}" if path else str(error)) from None
+
+
+def save_config(config: Any, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")

@@ -1,0 +1,62 @@
+"""What every model offers search, training and visualization: a small Protocol and its outputs.
+
+Attention maps share one layout for both families so that one plotting path serves them all:
+an RNN's single attention distribution is simply "layer 1, head 1".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+
+@dataclass
+class AttentionMaps:
+    """Per-layer, per-head attention weights of a teacher-forced forward pass.
+
+    cross:   (B, L, H, T, S)  decoder positions over source positions
+    encoder: (B, L, H, S, S)  encoder self-attention, or None (RNNs have none)
+    decoder: (B, L, H, T, T)  decoder (causal) self-attention, or None
+    """
+
+    cross: torch.Tensor
+    encoder: torch.Tensor | None = None
+    decoder: torch.Tensor | None = None
+
+
+@dataclass
+class Seq2SeqOutput:
+    logits: torch.Tensor  # (B, T, V)
+    attention: AttentionMaps | None = None  # filled when need_weights=True
+
+
+@dataclass
+class StepAttention:
+    """The attention of one decoding step: cross (B, L, H, S); decoder self (B, L, H, t) or None."""
+
+    cross: torch.Tensor
+    decoder: torch.Tensor | None = None
+
+
+class Seq2SeqModel(Protocol):
+    """The decoding contract that greedy and beam search are written against.
+
+    `memory` and `state` are the model's own objects; both offer `index_select(index)` so that a
+    search can reorder or drop sentences (beam search keeps the best hypotheses this way).
+    """
+
+    pad_id: int
+
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput: ...
+
+    def encode(self, src: torch.Tensor) -> Any: ...
+
+    def init_state(self, memory: Any) -> Any: ...
+
+    def decode_step(
+        self, memory: Any, state: Any, last_tokens: torch.Tensor, need_weights: bool = True
+    ) -> tuple[torch.Tensor, Any, StepAttention | None]: ...

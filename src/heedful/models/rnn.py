@@ -1,0 +1,199 @@
+"""The RNN encoder-decoder, with or without attention (Sutskever 2014, Bahdanau 2014, Luong 2015).
+
+Without attention the decoder sees the source only through the encoder's final state: one
+fixed-size context vector for a sentence of any length, the bottleneck attention removes. With
+attention, one decoder step is (Luong et al. 2015, §3):
+
+    h_t = RNN(embedding(y_{t-1}), h_{t-1})        [+ h̃_{t-1} with input feeding]
+    a_t = softmax(score(h_t, h̄_s))  over source positions s
+    c_t = Σ_s a_t(s) h̄_s
+    h̃_t = tanh(W_c [h_t; c_t])                      the "attentional" vector
+    p(y_t) = softmax(W_o h̃_t)
+
+Shapes: B batch, S source length, T target length, E embedding size, N hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from heedful.attention import AdditiveAttention, LuongAttention, attend, padding_mask
+from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
+
+RNN_CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
+Hidden = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (layers, B, N)
+
+
+def make_attention(kind: str, size: int) -> nn.Module | None:
+    """The attention a decoder uses, by the config's name ('none' gives the plain seq2seq)."""
+    if kind == "none":
+        return None
+    if kind == "bahdanau":
+        return AdditiveAttention(size, size, size)
+    if kind.startswith("luong-"):
+        return LuongAttention(kind.removeprefix("luong-"), size, size, size)
+    raise ValueError(f"unknown RNN attention {kind!r}")
+
+
+class RNNEncoder(nn.Module):
+    """Embeds the source and runs a (bi)directional RNN; states are N wide either way."""
+
+    def __init__(self, vocab_size, embed_size, hidden_size, cell, num_layers, bidirectional,
+                 dropout, pad_id):  # fmt: skip
+        super().__init__()
+        self.pad_id, self.bidirectional, self.num_layers = pad_id, bidirectional, num_layers
+        self.embedding = nn.Embedding(vocab_size, embed_size, padding_idx=pad_id)
+        per_direction = hidden_size // 2 if bidirectional else hidden_size
+        self.rnn = RNN_CELLS[cell](
+            embed_size, per_direction, num_layers, batch_first=True,
+            bidirectional=bidirectional, dropout=dropout if num_layers > 1 else 0.0,
+        )  # fmt: skip
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, src: torch.Tensor) -> tuple[torch.Tensor, Hidden]:
+        """src (B, S) -> states (B, S, N), final hidden per layer (layers, B, N)"""
+        lengths = (src != self.pad_id).sum(1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(
+            self.dropout(self.embedding(src)), lengths, batch_first=True, enforce_sorted=False
+        )  # packing keeps padding out of the final state
+        out, final = self.rnn(packed)
+        states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+        final = final if isinstance(final, tuple) else (final,)
+        if self.bidirectional:  # (layers*2, B, N/2) -> (layers, B, N): [forward; backward]
+            final = tuple(
+                h.view(self.num_layers, 2, *h.shape[1:]).transpose(1, 2).flatten(2) for h in final
+            )
+        return states, final
+
+
+@dataclass
+class RNNMemory:
+    states: torch.Tensor  # (B, S, N) encoder states h̄_s
+    mask: torch.Tensor  # (B, 1, S)
+    keys: torch.Tensor | None  # (B, S, A) the attention's query-independent part, or None
+    final: Hidden  # encoder final state per layer
+
+    def index_select(self, index: torch.Tensor) -> RNNMemory:
+        keys = None if self.keys is None else self.keys[index]
+        final = tuple(h[:, index] for h in self.final)
+        return RNNMemory(self.states[index], self.mask[index], keys, final)
+
+
+@dataclass
+class RNNState:
+    hidden: Hidden  # decoder RNN state, (layers, B, N) each
+    attentional: torch.Tensor | None  # h̃_{t-1} (B, N) with input feeding, else None
+
+    def index_select(self, index: torch.Tensor) -> RNNState:
+        fed = None if self.attentional is None else self.attentional[index]
+        return RNNState(tuple(h[:, index] for h in self.hidden), fed)
+
+
+class AttentionDecoder(nn.Module):
+    """The decoder; `attention=None` makes it the plain fixed-context-vector decoder."""
+
+    def __init__(self, vocab_size, embed_size, hidden_size, cell, num_layers, attention,
+                 input_feeding, dropout, pad_id):  # fmt: skip
+        super().__init__()
+        self.cell, self.input_feeding = cell, input_feeding and attention is not None
+        self.embedding = nn.Embedding(vocab_size, embed_size, padding_idx=pad_id)
+        in_size = embed_size + (hidden_size if self.input_feeding else 0)
+        self.rnn = RNN_CELLS[cell](
+            in_size, hidden_size, num_layers, batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )  # fmt: skip
+        self.bridge = nn.Linear(hidden_size, hidden_size)  # s_0 = tanh(W_s h_final), Bahdanau A.2.2
+        self.attention = attention
+        self.combine = nn.Linear(hidden_size * (2 if attention is not None else 1), hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.generator = nn.Linear(hidden_size, vocab_size)
+
+    def init_hidden(self, final: Hidden) -> Hidden:
+        return tuple(torch.tanh(self.bridge(h)) for h in final)
+
+    def attend(self, h: torch.Tensor, memory: RNNMemory):
+        """h (B, T, N) -> attentional h̃ (B, T, N), weights (B, T, S) or None"""
+        if self.attention is None:  # no attention: h̃_t = tanh(W_c h_t)
+            return torch.tanh(self.combine(h)), None
+        scores = self.attention.score(h, memory.keys)  # (B, T, S)
+        context, weights = attend(scores, memory.states, memory.mask)  # c_t: (B, T, N)
+        return torch.tanh(self.combine(torch.cat([h, context], dim=-1))), weights
+
+    def forward(self, tgt_in: torch.Tensor, state: RNNState, memory: RNNMemory):
+        """tgt_in (B, T) -> logits (B, T, V), new state, weights (B, T, S) or None"""
+        emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        hidden = state.hidden if self.cell == "lstm" else state.hidden[0]
+        if not self.input_feeding:
+            # h_t depends only on earlier words, so the RNN runs over all T at once and the
+            # attention of every step is one batched computation.
+            h, hidden = self.rnn(emb, hidden)  # (B, T, N)
+            attentional, weights = self.attend(h, memory)
+            fed = None
+        else:  # h̃_{t-1} is an input of step t: a loop over time is unavoidable.
+            fed, outputs, all_weights = state.attentional, [], []
+            for t in range(emb.size(1)):
+                step_in = torch.cat([emb[:, t : t + 1], fed.unsqueeze(1)], dim=-1)
+                h, hidden = self.rnn(step_in, hidden)  # (B, 1, N)
+                a, w = self.attend(h, memory)
+                fed = a[:, 0]
+                outputs.append(a)
+                all_weights.append(w)
+            attentional, weights = torch.cat(outputs, 1), torch.cat(all_weights, 1)
+        hidden = hidden if isinstance(hidden, tuple) else (hidden,)
+        logits = self.generator(self.dropout(attentional))  # (B, T, V)
+        return logits, RNNState(hidden, fed), weights
+
+
+class RNNSeq2Seq(nn.Module):
+    """RNN encoder + attention decoder; offers the same encode/decode_step as the Transformer."""
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        embed_size: int = 128,
+        hidden_size: int = 256,
+        cell: str = "gru",
+        num_layers: int = 1,
+        bidirectional: bool = True,
+        attention: str = "bahdanau",
+        input_feeding: bool = False,
+        dropout: float = 0.1,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.encoder = RNNEncoder(src_vocab_size, embed_size, hidden_size, cell, num_layers,
+                                  bidirectional, dropout, pad_id)  # fmt: skip
+        self.decoder = AttentionDecoder(tgt_vocab_size, embed_size, hidden_size, cell, num_layers,
+                                        make_attention(attention, hidden_size), input_feeding,
+                                        dropout, pad_id)  # fmt: skip
+
+    def encode(self, src: torch.Tensor, need_weights: bool = False) -> RNNMemory:
+        states, final = self.encoder(src)
+        attention = self.decoder.attention
+        keys = attention.prepare_keys(states) if attention is not None else None
+        return RNNMemory(states, padding_mask(src, self.pad_id), keys, final)
+
+    def init_state(self, memory: RNNMemory) -> RNNState:
+        hidden = self.decoder.init_hidden(memory.final)
+        fed = hidden[0].new_zeros(hidden[0].shape[1:]) if self.decoder.input_feeding else None
+        return RNNState(hidden, fed)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False) -> Seq2SeqOutput:
+        memory = self.encode(src)
+        logits, _, weights = self.decoder(tgt_in, self.init_state(memory), memory)
+        if not need_weights or weights is None:
+            return Seq2SeqOutput(logits)
+        return Seq2SeqOutput(logits, AttentionMaps(cross=weights[:, None, None]))  # (B, 1, 1, T, S)
+
+    def decode_step(
+        self, memory: RNNMemory, state: RNNState, last_tokens: torch.Tensor, need_weights: bool = True
+    ) -> tuple[torch.Tensor, RNNState, StepAttention | None]:
+        logits, state, weights = self.decoder(last_tokens.unsqueeze(1), state, memory)
+        step = None if weights is None or not need_weights else StepAttention(weights[:, None, None, 0])
+        return logits[:, 0].log_softmax(-1), state, step
