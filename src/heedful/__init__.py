@@ -1,3 +1,3 @@
-"""heedful: attention-based sequence-to-sequence models; train them, translate, see where they look."""
+"""heedful: attention seq2seq models; train them, translate with them, see where they look."""
 
 __version__ = "0.1.0"

@@ -38,7 +38,9 @@ def check_mask(mask: torch.Tensor | None, scores_shape: torch.Size) -> None:
     if mask is None:
         return
     if mask.dtype != torch.bool:
-        raise TypeError(f"attention mask must be a bool tensor (True = may attend), got {mask.dtype}")
+        raise TypeError(
+            f"attention mask must be a bool tensor (True = may attend), got {mask.dtype}"
+        )
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)
     except RuntimeError:
@@ -182,7 +184,9 @@ def _fused_attention(q, k, v, mask: torch.Tensor | None, dropout_p: float) -> to
     if bool(any_allowed.all()):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     # Let empty rows attend everywhere (finite), then zero them: no NaN forward or backward.
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~any_allowed, dropout_p=dropout_p)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask | ~any_allowed, dropout_p=dropout_p
+    )
     return out * any_allowed
 
 

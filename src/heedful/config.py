@@ -103,7 +103,9 @@ class TrainConfig:
         for name in ("warmup_steps", "weight_decay", "clip_norm"):
             _positive(f"train.{name}", getattr(self, name), allow_zero=True)
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"train.label_smoothing: must be in [0, 1), got {self.label_smoothing}")
+            raise ConfigError(
+                f"train.label_smoothing: must be in [0, 1), got {self.label_smoothing}"
+            )
 
 
 @dataclass(frozen=True)

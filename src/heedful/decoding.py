@@ -62,7 +62,7 @@ def greedy_search(
         scores += torch.where(active, best_score, torch.zeros_like(best_score))
         lengths += active.long()
         tokens.append(last)
-        if need_weights:
+        if step_weights is not None:  # None without weights, or for a model without attention
             weights.append(step_weights.cross)  # (B, L, H, S)
         done |= (last == eos_id) | (step + 1 >= limits)
         if bool(done.all()):
@@ -79,5 +79,7 @@ def _hypotheses(src, pad_id, eos_id, tokens, weights, lengths, scores) -> list[H
         n = int(lengths[i])
         finished = row[n - 1] == eos_id
         cross = None if attention is None else attention[i, :n, ..., : src_lengths[i]].cpu()
-        out.append(Hypothesis(row[: n - 1] if finished else row[:n], float(scores[i]), cross, finished))
+        out.append(
+            Hypothesis(row[: n - 1] if finished else row[:n], float(scores[i]), cross, finished)
+        )
     return out

@@ -6,15 +6,19 @@ import torch
 from torch import nn
 
 
-def sinusoidal_encoding(length: int, d_model: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """(length, d_model) with PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same).
+def sinusoidal_encoding(
+    length: int, d_model: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """(length, d_model): PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same).
 
     Vaswani et al. 2017, §3.5: each pair of dimensions is a sinusoid of its own wavelength (2π to
-    10000·2π), so PE[pos + k] is a linear function of PE[pos] and relative offsets are easy to learn.
+    10000·2π), so PE[pos + k] is a linear function of PE[pos]: relative offsets are easy to learn.
     Computed in float64 and cast, so long positions stay accurate.
     """
     if length < 0 or d_model < 1:
-        raise ValueError(f"need length >= 0 and d_model >= 1, got length={length}, d_model={d_model}")
+        raise ValueError(
+            f"need length >= 0 and d_model >= 1, got length={length}, d_model={d_model}"
+        )
     pos = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (L, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
     angle = pos / torch.pow(10000.0, two_i / d_model)  # (L, ceil(D/2))
@@ -60,4 +64,7 @@ class LearnedPositionalEncoding(nn.Module):
         return x + self.embedding(positions)
 
 
-POSITIONAL_ENCODINGS = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding}
+POSITIONAL_ENCODINGS = {
+    "sinusoidal": SinusoidalPositionalEncoding,
+    "learned": LearnedPositionalEncoding,
+}

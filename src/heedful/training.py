@@ -43,13 +43,20 @@ def learning_rate_factor(step: int, warmup_steps: int, schedule: str) -> float:
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     kind = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
-    return kind(model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+    return kind(
+        model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
+    )
 
 
-def sequence_loss(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+def sequence_loss(
+    logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float
+) -> torch.Tensor:
     """Mean token cross-entropy over non-padding targets, with label smoothing (§5.4)."""
     return F.cross_entropy(
-        logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=label_smoothing
+        logits.flatten(0, 1),
+        tgt_out.flatten(),
+        ignore_index=PAD_ID,
+        label_smoothing=label_smoothing,
     )
 
 
@@ -128,6 +135,11 @@ def train(
 def _validate(model: nn.Module, validate: Callable, step: int, elapsed: float, loss: float) -> dict:
     model.eval()
     with torch.no_grad():
-        metrics = {"step": step, "seconds": round(elapsed, 1), "train_loss": loss, **validate(model)}
+        metrics = {
+            "step": step,
+            "seconds": round(elapsed, 1),
+            "train_loss": loss,
+            **validate(model),
+        }
     model.train()
     return metrics

@@ -30,14 +30,20 @@ class Translation:
 
 
 class Translator:
-    """A model with its tokenizers and search settings: the object the CLI, server and notebooks use."""
+    """A model, its tokenizers and search settings: what the CLI, server and notebooks use."""
 
     def __init__(self, model: nn.Module, src_tokenizer, tgt_tokenizer, max_len_ratio: float = 2.0,
                  max_len_offset: int = 10):  # fmt: skip
-        self.model, self.src_tokenizer, self.tgt_tokenizer = model.eval(), src_tokenizer, tgt_tokenizer
+        self.model, self.src_tokenizer, self.tgt_tokenizer = (
+            model.eval(),
+            src_tokenizer,
+            tgt_tokenizer,
+        )
         self.max_len_ratio, self.max_len_offset = max_len_ratio, max_len_offset
 
-    def translate(self, texts: Sequence[str], batch_size: int = 64, need_weights: bool = False) -> list[Translation]:
+    def translate(
+        self, texts: Sequence[str], batch_size: int = 64, need_weights: bool = False
+    ) -> list[Translation]:
         """Translate texts in order, `batch_size` at a time."""
         out: list[Translation] = []
         for start in range(0, len(texts), batch_size):

@@ -9,17 +9,30 @@ from heedful.models.build import build_model
 SRC_V, TGT_V = 23, 17
 
 VARIANTS = {
-    "transformer-post": ModelConfig(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64),
+    "transformer-post": ModelConfig(
+        d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64
+    ),
     "transformer-pre-learned-tied": ModelConfig(
-        d_model=32, num_heads=2, encoder_layers=1, decoder_layers=2, d_ff=64, norm="pre",
-        positional="learned", tie_embeddings=True,
+        d_model=32,
+        num_heads=2,
+        encoder_layers=1,
+        decoder_layers=2,
+        d_ff=64,
+        norm="pre",
+        positional="learned",
+        tie_embeddings=True,
     ),
     **{
         f"rnn-{a}": ModelConfig(arch="rnn", d_model=16, hidden_size=32, attention=a)
         for a in ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat")
     },
     "rnn-lstm-2layer-feeding": ModelConfig(
-        arch="rnn", rnn_cell="lstm", d_model=16, hidden_size=32, rnn_layers=2, input_feeding=True,
+        arch="rnn",
+        rnn_cell="lstm",
+        d_model=16,
+        hidden_size=32,
+        rnn_layers=2,
+        input_feeding=True,
         attention="luong-general",
     ),
     "rnn-unidirectional": ModelConfig(arch="rnn", d_model=16, hidden_size=32, bidirectional=False),
@@ -76,7 +89,9 @@ def test_padding_does_not_change_outputs(name):
     src, tgt = batch()
     padded = torch.cat([src, torch.zeros(src.size(0), 4, dtype=torch.long)], dim=1)
     with torch.no_grad():
-        torch.testing.assert_close(model(src, tgt).logits, model(padded, tgt).logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            model(src, tgt).logits, model(padded, tgt).logits, atol=1e-5, rtol=1e-5
+        )
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -109,7 +124,9 @@ def test_overfits_a_tiny_batch(name):
     tgt_in = torch.cat([torch.ones(4, 1, dtype=torch.long), tgt[:, :-1]], dim=1)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(150):
-        loss = torch.nn.functional.cross_entropy(model(src, tgt_in).logits.flatten(0, 1), tgt.flatten())
+        loss = torch.nn.functional.cross_entropy(
+            model(src, tgt_in).logits.flatten(0, 1), tgt.flatten()
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -29,5 +29,7 @@ def _rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
 BUILDERS = {"transformer": _transformer, "rnn": _rnn}
 
 
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0) -> nn.Module:
+def build_model(
+    config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0
+) -> nn.Module:
     return BUILDERS[config.arch](config, src_vocab_size, tgt_vocab_size, pad_id)

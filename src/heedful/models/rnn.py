@@ -184,7 +184,9 @@ class RNNSeq2Seq(nn.Module):
         fed = hidden[0].new_zeros(hidden[0].shape[1:]) if self.decoder.input_feeding else None
         return RNNState(hidden, fed)
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False) -> Seq2SeqOutput:
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput:
         memory = self.encode(src)
         logits, _, weights = self.decoder(tgt_in, self.init_state(memory), memory)
         if not need_weights or weights is None:
@@ -192,8 +194,16 @@ class RNNSeq2Seq(nn.Module):
         return Seq2SeqOutput(logits, AttentionMaps(cross=weights[:, None, None]))  # (B, 1, 1, T, S)
 
     def decode_step(
-        self, memory: RNNMemory, state: RNNState, last_tokens: torch.Tensor, need_weights: bool = True
+        self,
+        memory: RNNMemory,
+        state: RNNState,
+        last_tokens: torch.Tensor,
+        need_weights: bool = True,
     ) -> tuple[torch.Tensor, RNNState, StepAttention | None]:
         logits, state, weights = self.decoder(last_tokens.unsqueeze(1), state, memory)
-        step = None if weights is None or not need_weights else StepAttention(weights[:, None, None, 0])
+        step = (
+            None
+            if weights is None or not need_weights
+            else StepAttention(weights[:, None, None, 0])
+        )
         return logits[:, 0].log_softmax(-1), state, step

@@ -189,22 +189,34 @@ class Transformer(nn.Module):
         return TransformerMemory(self.encoder_norm(x), src_mask, stacked)
 
     def _cross_kv(self, memory: TransformerMemory) -> list[KV]:
-        return [layer.cross_attn.project_kv(memory.states, memory.states) for layer in self.decoder_layers]
+        return [
+            layer.cross_attn.project_kv(memory.states, memory.states)
+            for layer in self.decoder_layers
+        ]
 
     def _decode(self, x, cross_kv, src_mask, tgt_mask, past, need_weights):
         """Run the decoder stack over embedded target positions x (B, T, D)."""
         new_past, self_ws, cross_ws = [], [], []
         for layer, kv, layer_past in zip(self.decoder_layers, cross_kv, past):
-            x, layer_kv, self_w, cross_w = layer(x, kv, src_mask, tgt_mask, layer_past, need_weights)
+            x, layer_kv, self_w, cross_w = layer(
+                x, kv, src_mask, tgt_mask, layer_past, need_weights
+            )
             new_past.append(layer_kv)
             self_ws.append(self_w)
             cross_ws.append(cross_w)
         logits = self.generator(self.decoder_norm(x))  # (B, T, V)
         if not need_weights:
             return logits, new_past, None, None
-        return logits, new_past, torch.stack(self_ws, 1), torch.stack(cross_ws, 1)  # (B, L, H, T, *)
+        return (
+            logits,
+            new_past,
+            torch.stack(self_ws, 1),
+            torch.stack(cross_ws, 1),
+        )  # (B, L, H, T, *)
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False) -> Seq2SeqOutput:
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
+    ) -> Seq2SeqOutput:
         """Teacher forcing: src (B, S), tgt_in (B, T) = <s> y1 .. y_{T-1} -> logits (B, T, V)."""
         memory = self.encode(src, need_weights)
         tgt_mask = causal_mask(tgt_in.size(1), tgt_in.device)  # (T, T)

@@ -1,0 +1,56 @@
+"""Configs: YAML in, typed dataclasses out; every mistake names its key."""
+
+import pytest
+
+from heedful.config import Config, ConfigError, load_config, save_config
+
+
+def test_defaults_load_and_round_trip(tmp_path):
+    config = load_config()
+    assert config == Config()
+    path = tmp_path / "c.yaml"
+    save_config(config, path)
+    assert load_config(path) == config
+
+
+def test_yaml_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  arch: rnn\n  attention: luong-dot\ntrain:\n  lr: 0.003\n")
+    config = load_config(
+        path, ["train.max_steps=200", "train.betas=[0.9, 0.99]", "model.dropout=0"]
+    )
+    assert config.model.arch == "rnn" and config.model.attention == "luong-dot"
+    assert config.train.lr == 0.003 and config.train.max_steps == 200
+    assert config.train.betas == (0.9, 0.99) and config.model.dropout == 0.0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("model:\n  d_modle: 64\n", "unknown config key model.d_modle"),
+        ("trian:\n  lr: 1\n", "unknown config key trian"),
+        ("train:\n  max_steps: many\n", "train.max_steps: expected int"),
+        ("train:\n  lr: '0.1'\n", "train.lr: expected float"),
+        ("model:\n  bidirectional: 1\n", "model.bidirectional: expected true or false"),
+        ("train:\n  betas: [0.9]\n", "train.betas: expected a list of 2"),
+        ("model:\n  arch: lstm\n", "model.arch: 'lstm' is not one of"),
+        ("model:\n  d_model: 30\n  num_heads: 4\n", "divisible by model.num_heads"),
+        ("train:\n  label_smoothing: 1.5\n", "train.label_smoothing"),
+        ("- a\n- b\n", "top level must be a mapping"),
+    ],
+)
+def test_bad_configs_name_the_key(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as error:
+        load_config(path)
+    assert str(path) in str(error.value)
+
+
+def test_bad_overrides_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config key train.max_stepz"):
+        load_config(None, ["train.max_stepz=3"])
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config(None, ["train.max_steps"])
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
