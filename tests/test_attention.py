@@ -79,7 +79,9 @@ def ref_mha(mha: MultiHeadAttention, query, keys, values, mask):
     """Per-head attention in float64 from the module's own W_Q, W_K, W_V, W_O (§3.2.2)."""
 
     def project(linear, x):
-        return x.double() @ linear.weight.double().T + linear.bias.double()
+        return x.double() @ linear.weight.double().T + (
+            0 if linear.bias is None else linear.bias.double()
+        )
 
     q, k, v = project(mha.w_q, query), project(mha.w_k, keys), project(mha.w_v, values)
     b, t, d = q.shape
@@ -500,7 +502,9 @@ def torch_mha_like(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     theirs = nn.MultiheadAttention(mha.d_model, mha.num_heads, batch_first=True).eval()
     with torch.no_grad():
         theirs.in_proj_weight.copy_(torch.cat([mha.w_q.weight, mha.w_k.weight, mha.w_v.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([mha.w_q.bias, mha.w_k.bias, mha.w_v.bias]))
+        theirs.in_proj_bias.copy_(
+            torch.cat([mha.w_q.bias, torch.zeros_like(mha.w_q.bias), mha.w_v.bias])
+        )
         theirs.out_proj.weight.copy_(mha.w_o.weight)
         theirs.out_proj.bias.copy_(mha.w_o.bias)
     return theirs

@@ -10,8 +10,15 @@ from heedful.demo import run_demo
 @pytest.mark.parametrize("model_name", ["transformer", "rnn-bahdanau", "rnn-none"])
 def test_demo_smoke(tmp_path, model_name):
     lines = []
-    result = run_demo(model_name, tmp_path, train_size=300, test_size=50, max_steps=20,
-                      progress=False, echo=lines.append)  # fmt: skip
+    result = run_demo(
+        model_name,
+        tmp_path,
+        train_size=300,
+        test_size=50,
+        max_steps=20,
+        progress=False,
+        echo=lines.append,
+    )
     assert result.steps == 20
     assert 0.0 <= result.exact_match <= 1.0
     assert result.heatmap.exists() and result.heatmap.parent == tmp_path
@@ -25,8 +32,15 @@ def test_demo_smoke(tmp_path, model_name):
 
 def test_demo_learns_something_in_seconds(tmp_path):
     """A few hundred steps of the RNN with attention already read many dates correctly."""
-    result = run_demo("rnn-bahdanau", tmp_path, train_size=3000, test_size=200, max_steps=150,
-                      progress=False, echo=lambda _: None)  # fmt: skip
+    result = run_demo(
+        "rnn-bahdanau",
+        tmp_path,
+        train_size=3000,
+        test_size=200,
+        max_steps=150,
+        progress=False,
+        echo=lambda _: None,
+    )
     assert result.exact_match > 0.5
 
 

@@ -125,7 +125,10 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
         self.dropout = dropout
         self.w_q = nn.Linear(d_model, d_model, bias=bias)
-        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        # No key bias: q·(k + b) = q·k + q·b adds the same amount to every key's score for a
+        # query, which the softmax cancels. The bias would get a zero gradient and only drift
+        # (Adam amplifies round-off noise in it), so it is left out.
+        self.w_k = nn.Linear(d_model, d_model, bias=False)
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
 

@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from heedful.demo import DEMO_MODELS
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Errors(click.Group):
+    """Our own errors (bad config, bad corpus, bad checkpoint) print as one clear line, exit 2."""
+
+    def invoke(self, ctx):
+        from heedful.checkpoint import CheckpointError
+        from heedful.config import ConfigError
+
+        try:
+            return super().invoke(ctx)
+        except (ConfigError, CheckpointError, ValueError, FileNotFoundError) as error:
+            raise click.ClickException(str(error)) from None
+
+
+@click.group(cls=_Errors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="heedful")
 def main() -> None:
     """heedful: attention-based sequence-to-sequence models you can see into."""
 
 
 @main.command()
-@click.option("--model", "model_name", type=click.Choice(list(DEMO_MODELS)), default="transformer",
-              show_default=True, help="Which model learns the task.")  # fmt: skip
+@click.option(
+    "--model",
+    "model_name",
+    type=click.Choice(list(DEMO_MODELS)),
+    default="transformer",
+    show_default=True,
+    help="Which model learns the task.",
+)
 @click.option("--out", default="heedful-demo", show_default=True, help="Where the heatmap goes.")
 @click.option("--train-size", default=40_000, show_default=True, help="Generated training pairs.")
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
@@ -26,8 +47,146 @@ def demo(model_name, out, train_size, max_steps, max_time, seed, progress) -> No
     """Learn to turn human-written dates into ISO dates, then draw the attention."""
     from heedful.demo import run_demo
 
-    run_demo(model_name, out, train_size=train_size, max_steps=max_steps, max_time=max_time,
-             seed=seed, progress=progress, echo=click.echo)  # fmt: skip
+    run_demo(
+        model_name,
+        out,
+        train_size=train_size,
+        max_steps=max_steps,
+        max_time=max_time,
+        seed=seed,
+        progress=progress,
+        echo=click.echo,
+    )
+
+
+@main.command()
+@click.argument("config_path", type=click.Path(dir_okay=False))
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config value, e.g. --set train.max_steps=200 (repeatable).",
+)
+@click.option("--run-dir", default=None, help="Run directory [default: runs/<config name>].")
+@click.option("--force", is_flag=True, help="Delete an existing run directory and start over.")
+@click.option("--progress/--no-progress", default=True)
+def train(config_path, overrides, run_dir, force, progress) -> None:
+    """Train (or resume) a model from a YAML config."""
+    from pathlib import Path
+
+    from heedful.config import load_config
+    from heedful.experiment import train_from_config
+
+    config = load_config(config_path, list(overrides))
+    run_dir = run_dir or str(Path("runs") / Path(config_path).stem)
+    click.echo(f"run directory: {run_dir}")
+    train_from_config(config, run_dir, force=force, progress=progress, echo=click.echo)
+
+
+def _search_options(f):
+    f = click.option(
+        "--beam",
+        "num_beams",
+        type=int,
+        default=None,
+        help="Beam size (1 = greedy) [default: the model's generation.json].",
+    )(f)
+    f = click.option("--batch-size", default=64, show_default=True, help="Sentences per batch.")(f)
+    return f
+
+
+@main.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option(
+    "-i",
+    "--input",
+    "input_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Read sentences from FILE instead of stdin.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "output_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write translations to FILE instead of stdout.",
+)
+@click.option(
+    "--n-best", default=1, show_default=True, help="Alternatives per line, tab-separated."
+)
+@_search_options
+def translate(model_dir, input_path, output_path, n_best, num_beams, batch_size) -> None:
+    """Translate raw lines, one per line, in order (empty lines stay empty)."""
+    from heedful.translator import Translator
+
+    translator = Translator.load(model_dir)
+    lines = _read_lines(input_path)
+    beams = max(num_beams or translator.generation.num_beams, n_best)
+    results = translator.translate(lines, num_beams=beams, n_best=n_best, batch_size=batch_size)
+    rows = ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
+    text = "".join(row + "\n" for row in rows)
+    if output_path:
+        from pathlib import Path
+
+        Path(output_path).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def _read_lines(path: str | None) -> list[str]:
+    if path is None:
+        return sys.stdin.read().splitlines()
+    from pathlib import Path
+
+    from heedful.data.corpus import read_lines
+
+    return read_lines(Path(path), "--input")
+
+
+@main.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option("--src", "src_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--ref", "ref_path", required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--output",
+    "output_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the translations to FILE.",
+)
+@_search_options
+def evaluate(model_dir, src_path, ref_path, output_path, num_beams, batch_size) -> None:
+    """Translate --src and score it against --ref: BLEU, chrF, TER and BLEU per source length."""
+    from pathlib import Path
+
+    from heedful.data.corpus import read_parallel
+    from heedful.evaluation import bleu_by_length, corpus_scores, format_length_table
+    from heedful.translator import Translator
+
+    translator = Translator.load(model_dir)
+    pairs = read_parallel(Path(src_path), Path(ref_path), "--src", "--ref")
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    outputs = [
+        t.text for t in translator.translate(sources, num_beams=num_beams, batch_size=batch_size)
+    ]
+    if output_path:
+        Path(output_path).write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
+    click.echo(str(corpus_scores(outputs, references)))
+    click.echo(format_length_table(bleu_by_length(sources, outputs, references)))
+
+
+@main.command()
+@click.argument("model_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("-o", "--output", "output_dir", required=True, type=click.Path(file_okay=False))
+def average(model_dirs, output_dir) -> None:
+    """Average the weights of several checkpoints of one model into OUTPUT."""
+    from heedful.checkpoint import average_checkpoints
+
+    out = average_checkpoints(list(model_dirs), output_dir)
+    click.echo(f"averaged {len(model_dirs)} checkpoints into {out}")
 
 
 if __name__ == "__main__":

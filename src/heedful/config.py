@@ -62,8 +62,16 @@ class ModelConfig:
         _choice("model.positional", self.positional, ("sinusoidal", "learned"))
         _choice("model.rnn_cell", self.rnn_cell, ("gru", "lstm"))
         _choice("model.attention", self.attention, RNN_ATTENTIONS)
-        for name in ("d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
-                     "max_positions", "hidden_size", "rnn_layers"):  # fmt: skip
+        for name in (
+            "d_model",
+            "num_heads",
+            "encoder_layers",
+            "decoder_layers",
+            "d_ff",
+            "max_positions",
+            "hidden_size",
+            "rnn_layers",
+        ):
             _positive(f"model.{name}", getattr(self, name))
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout: must be in [0, 1), got {self.dropout}")
@@ -79,11 +87,40 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    # Parallel text: either two line-aligned files or one TSV (source TAB target) per split.
+    # Relative paths are read from the directory heedful runs in.
+    train_src: str | None = None
+    train_tgt: str | None = None
+    train_tsv: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    valid_tsv: str | None = None
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    tokenizer: str = "sentencepiece"  # sentencepiece | char
+    vocab_size: int = 8000  # SentencePiece pieces (per side unless joint)
+    sp_model_type: str = "unigram"  # unigram | bpe
+    joint_vocab: bool = True  # one vocabulary for both languages
+    max_length: int = 100  # pairs longer than this (in tokens) on either side are dropped
+    valid_max_sentences: int | None = None  # score only the first N validation pairs
+
+    def __post_init__(self) -> None:
+        _choice("data.tokenizer", self.tokenizer, ("sentencepiece", "char"))
+        _choice("data.sp_model_type", self.sp_model_type, ("unigram", "bpe"))
+        _positive("data.vocab_size", self.vocab_size)
+        _positive("data.max_length", self.max_length)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     seed: int = 1
     batch_tokens: int = 4096  # target tokens per batch (batches are length-bucketed)
     max_steps: int = 3000
-    max_time: float | None = None  # seconds of wall-clock training; a checkpoint is kept
+    max_epochs: int | None = None
+    max_time: float | None = None  # seconds of wall-clock training, then a clean final checkpoint
+    accumulate: int = 1  # batches per optimizer step (gradient accumulation)
+    bf16: bool = False  # bfloat16 autocast for the forward pass
     lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
     warmup_steps: int = 200
     schedule: str = "inverse_sqrt"  # inverse_sqrt (Noam) | constant (after warm-up)
@@ -92,13 +129,25 @@ class TrainConfig:
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: float = 1.0  # 0 disables gradient clipping
-    eval_every: int = 250  # steps between validations
+    eval_every: int = 250  # steps between validations (and checkpoints)
     log_every: int = 10
+    early_stopping_metric: str = "bleu"  # bleu | chrf | loss: what "best" means
+    patience: int | None = None  # stop after this many validations without improvement
+    keep_best: int = 3  # best checkpoints kept (the latest one is always kept too)
 
     def __post_init__(self) -> None:
         _choice("train.schedule", self.schedule, ("inverse_sqrt", "constant"))
         _choice("train.optimizer", self.optimizer, ("adam", "adamw"))
-        for name in ("batch_tokens", "max_steps", "lr", "eval_every", "log_every"):
+        _choice("train.early_stopping_metric", self.early_stopping_metric, ("bleu", "chrf", "loss"))
+        for name in (
+            "batch_tokens",
+            "max_steps",
+            "lr",
+            "eval_every",
+            "log_every",
+            "accumulate",
+            "keep_best",
+        ):
             _positive(f"train.{name}", getattr(self, name))
         for name in ("warmup_steps", "weight_decay", "clip_norm"):
             _positive(f"train.{name}", getattr(self, name), allow_zero=True)
@@ -110,6 +159,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class Config:
+    data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from heedful.checkpoint import GenerationConfig
 from heedful.config import ModelConfig, TrainConfig
 from heedful.data.tasks import dates_task
 from heedful.data.tokenizers import CharTokenizer
@@ -34,7 +35,7 @@ DEMO_MODELS: dict[str, ModelConfig] = {
         decoder_layers=2,
         d_ff=256,
         dropout=0.0,
-    ),  # fmt: skip
+    ),
     "rnn-none": replace(_RNN, attention="none"),
     "rnn-bahdanau": replace(_RNN, attention="bahdanau"),
     "rnn-luong-dot": replace(_RNN, attention="luong-dot"),
@@ -43,9 +44,16 @@ DEMO_MODELS: dict[str, ModelConfig] = {
 }
 
 DEMO_TRAIN = TrainConfig(
-    batch_tokens=2000, max_steps=6000, max_time=150.0, lr=3e-3, warmup_steps=100,
-    schedule="inverse_sqrt", label_smoothing=0.1, clip_norm=1.0, eval_every=200,
-)  # fmt: skip
+    batch_tokens=2000,
+    max_steps=6000,
+    max_time=150.0,
+    lr=3e-3,
+    warmup_steps=100,
+    schedule="inverse_sqrt",
+    label_smoothing=0.1,
+    clip_norm=1.0,
+    eval_every=200,
+)
 
 
 @dataclass
@@ -81,8 +89,10 @@ def run_demo(
     tgt_tok = CharTokenizer.train(t for _, t in task.train)
     model = build_model(DEMO_MODELS[model_name], len(src_tok), len(tgt_tok))
     n_params = sum(p.numel() for p in model.parameters())
-    echo(f"dates task: {len(train)} training pairs, {len(task.test)} held-out; e.g. "
-         f"{train[0][0]!r} -> {train[0][1]!r}")  # fmt: skip
+    echo(
+        f"dates task: {len(train)} training pairs, {len(task.test)} held-out; e.g. "
+        f"{train[0][0]!r} -> {train[0][1]!r}"
+    )
     echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
 
     config = DEMO_TRAIN
@@ -91,7 +101,9 @@ def run_demo(
     if max_time is not None:
         config = replace(config, max_time=max_time)
     config = replace(config, seed=seed)
-    translator = Translator(model, src_tok, tgt_tok, max_len_ratio=0.0, max_len_offset=12)
+    # ISO dates are 10 characters: a fixed output limit, whatever the source length.
+    search = GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12)
+    translator = Translator(model, src_tok, tgt_tok, search)
 
     def validate(_model) -> dict:
         outputs = [t.text for t in translator.translate([s for s, _ in dev], batch_size=500)]
@@ -100,18 +112,24 @@ def run_demo(
     from heedful.training import train as train_model
 
     result = train_model(
-        model, [src_tok.encode(s) for s, _ in train], [tgt_tok.encode(t) for _, t in train],
-        config, validate=validate, good_enough=lambda m: m["dev_exact_match"] >= 0.999,
+        model,
+        [src_tok.encode(s) for s, _ in train],
+        [tgt_tok.encode(t) for _, t in train],
+        config,
+        validate=validate,
+        good_enough=lambda m: m["dev_exact_match"] >= 0.999,
         progress=progress,
-    )  # fmt: skip
+    )
     echo(f"trained {result.steps} steps in {result.seconds:.0f} s (stopped by {result.stopped_by})")
 
     start = time.perf_counter()
     sources = [s for s, _ in task.test]
     translations = translator.translate(sources, batch_size=500)
     accuracy = exact_match([t.text for t in translations], [t for _, t in task.test])
-    echo(f"exact match on {len(sources)} held-out dates: {accuracy:.1%} "
-         f"({time.perf_counter() - start:.1f} s to translate)")  # fmt: skip
+    echo(
+        f"exact match on {len(sources)} held-out dates: {accuracy:.1%} "
+        f"({time.perf_counter() - start:.1f} s to translate)"
+    )
     examples = [(s, t.text, ref) for (s, ref), t in zip(task.test[:8], translations)]
     for source, output, reference in examples:
         mark = "ok" if output == reference else f"WRONG, expected {reference}"

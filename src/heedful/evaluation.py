@@ -1,14 +1,112 @@
-"""Scores of translations against references."""
+"""Scores of translations against references: sacreBLEU's BLEU, chrF and TER, exact match, and
+BLEU per source-length bucket (the table that shows whether a fixed-size context vector is a
+bottleneck on long sentences)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Fraction of hypotheses identical to their reference (the dates task's metric)."""
+    _check_lengths(hypotheses, references)
+    return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+
+
+def _check_lengths(hypotheses: Sequence[str], references: Sequence[str]) -> None:
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     if not references:
-        raise ValueError("exact_match needs at least one reference")
-    return sum(h == r for h, r in zip(hypotheses, references)) / len(references)
+        raise ValueError("scoring needs at least one reference")
+
+
+@dataclass
+class CorpusScores:
+    """Corpus-level scores on detokenized text, with sacreBLEU's signatures for reproducibility."""
+
+    bleu: float
+    chrf: float
+    ter: float
+    signatures: dict[str, str]
+
+    def __str__(self) -> str:
+        return "\n".join(
+            [
+                f"BLEU = {self.bleu:.2f}  ({self.signatures['bleu']})",
+                f"chrF = {self.chrf:.2f}  ({self.signatures['chrf']})",
+                f"TER  = {self.ter:.2f}  ({self.signatures['ter']})",
+            ]
+        )
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> CorpusScores:
+    """BLEU (13a tokenization, case-sensitive), chrF and TER, exactly as `sacrebleu` scores."""
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    _check_lengths(hypotheses, references)
+    metrics = {"bleu": BLEU(), "chrf": CHRF(), "ter": TER()}
+    scores = {
+        name: m.corpus_score(list(hypotheses), [list(references)]) for name, m in metrics.items()
+    }
+    return CorpusScores(
+        scores["bleu"].score,
+        scores["chrf"].score,
+        scores["ter"].score,
+        {name: str(m.get_signature()) for name, m in metrics.items()},
+    )
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    from sacrebleu.metrics import BLEU
+
+    _check_lengths(hypotheses, references)
+    return BLEU().corpus_score(list(hypotheses), [list(references)]).score
+
+
+LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, None))
+
+
+@dataclass
+class LengthBucket:
+    label: str  # e.g. "11-20"
+    sentences: int
+    bleu: float | None  # None for an empty bucket
+
+
+def bleu_by_length(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    buckets: Sequence[tuple[int, int | None]] = LENGTH_BUCKETS,
+) -> list[LengthBucket]:
+    """Corpus BLEU of the sentences whose *source* has 1-10, 11-20, 21-30, 31+ tokens.
+
+    Length counts whitespace-separated source words, so the table means the same thing for
+    every model and vocabulary.
+    """
+    _check_lengths(hypotheses, references)
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    out = []
+    for low, high in buckets:
+        chosen = [
+            i
+            for i, s in enumerate(sources)
+            if low <= len(s.split()) and (high is None or len(s.split()) <= high)
+        ]
+        label = f"{low}-{high}" if high is not None else f"{low}+"
+        score = (
+            bleu([hypotheses[i] for i in chosen], [references[i] for i in chosen])
+            if chosen
+            else None
+        )
+        out.append(LengthBucket(label, len(chosen), score))
+    return out
+
+
+def format_length_table(buckets: Sequence[LengthBucket]) -> str:
+    rows = ["| source words | sentences | BLEU |", "| --- | ---: | ---: |"]
+    for b in buckets:
+        rows.append(f"| {b.label} | {b.sentences} | {'-' if b.bleu is None else f'{b.bleu:.2f}'} |")
+    return "\n".join(rows)

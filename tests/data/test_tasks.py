@@ -27,36 +27,89 @@ from heedful.data.tasks import (
 # Month words per language, January first (full names and every abbreviation people write).
 MONTHS = {
     "en": [
-        "january jan", "february feb", "march mar", "april apr", "may", "june jun", "july jul",
-        "august aug", "september sep sept", "october oct", "november nov", "december dec",
+        "january jan",
+        "february feb",
+        "march mar",
+        "april apr",
+        "may",
+        "june jun",
+        "july jul",
+        "august aug",
+        "september sep sept",
+        "october oct",
+        "november nov",
+        "december dec",
     ],
     "de": [
-        "januar jan", "februar feb", "märz mär", "april apr", "mai", "juni", "juli", "august aug",
-        "september sep sept", "oktober okt", "november nov", "dezember dez",
+        "januar jan",
+        "februar feb",
+        "märz mär",
+        "april apr",
+        "mai",
+        "juni",
+        "juli",
+        "august aug",
+        "september sep sept",
+        "oktober okt",
+        "november nov",
+        "dezember dez",
     ],
     "fr": [
-        "janvier janv", "février févr", "mars", "avril avr", "mai", "juin", "juillet juil",
-        "août", "septembre sept", "octobre oct", "novembre nov", "décembre déc",
+        "janvier janv",
+        "février févr",
+        "mars",
+        "avril avr",
+        "mai",
+        "juin",
+        "juillet juil",
+        "août",
+        "septembre sept",
+        "octobre oct",
+        "novembre nov",
+        "décembre déc",
     ],
     "es": [
-        "enero ene", "febrero feb", "marzo mar", "abril abr", "mayo may", "junio jun",
-        "julio jul", "agosto ago", "septiembre sep sept", "octubre oct", "noviembre nov",
+        "enero ene",
+        "febrero feb",
+        "marzo mar",
+        "abril abr",
+        "mayo may",
+        "junio jun",
+        "julio jul",
+        "agosto ago",
+        "septiembre sep sept",
+        "octubre oct",
+        "noviembre nov",
         "diciembre dic",
     ],
-}  # fmt: skip
+}
 # Weekday words per language, Monday first (date.weekday() order).
 WEEKDAYS = {
     "en": [
-        "monday mon", "tuesday tue", "wednesday wed", "thursday thu", "friday fri",
-        "saturday sat", "sunday sun",
+        "monday mon",
+        "tuesday tue",
+        "wednesday wed",
+        "thursday thu",
+        "friday fri",
+        "saturday sat",
+        "sunday sun",
     ],
     "de": ["montag", "dienstag", "mittwoch", "donnerstag", "freitag", "samstag", "sonntag"],
     "fr": ["lundi", "mardi", "mercredi", "jeudi", "vendredi", "samedi", "dimanche"],
     "es": ["lunes", "martes", "miércoles", "jueves", "viernes", "sábado", "domingo"],
-}  # fmt: skip
+}
 # Words that carry no date information, and the language they belong to.
-FILLERS = {"the": "en", "of": "en", "st": "en", "nd": "en", "rd": "en", "th": "en",
-           "le": "fr", "er": "fr", "de": "es"}  # fmt: skip
+FILLERS = {
+    "the": "en",
+    "of": "en",
+    "st": "en",
+    "nd": "en",
+    "rd": "en",
+    "th": "en",
+    "le": "fr",
+    "er": "fr",
+    "de": "es",
+}
 
 
 def build_lexicon() -> dict[str, tuple[str, int, set[str]]]:

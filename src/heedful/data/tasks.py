@@ -31,28 +31,112 @@ from dataclasses import dataclass
 from itertools import islice
 
 # Month names from January; weekday names from Monday, the order of date.weekday().
-_EN_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-              "September", "October", "November", "December")  # fmt: skip
-_EN_MONTHS_ABBR = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
-                   "Dec")  # fmt: skip
+_EN_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+_EN_MONTHS_ABBR = (
+    "Jan",
+    "Feb",
+    "Mar",
+    "Apr",
+    "May",
+    "Jun",
+    "Jul",
+    "Aug",
+    "Sep",
+    "Oct",
+    "Nov",
+    "Dec",
+)
 _EN_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _EN_WEEKDAYS_ABBR = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 
-_DE_MONTHS = ("Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September",
-              "Oktober", "November", "Dezember")  # fmt: skip
+_DE_MONTHS = (
+    "Januar",
+    "Februar",
+    "März",
+    "April",
+    "Mai",
+    "Juni",
+    "Juli",
+    "August",
+    "September",
+    "Oktober",
+    "November",
+    "Dezember",
+)
 # Duden abbreviations: short names are written out and take no dot.
-_DE_MONTHS_ABBR = ("Jan.", "Feb.", "März", "Apr.", "Mai", "Juni", "Juli", "Aug.", "Sept.", "Okt.",
-                   "Nov.", "Dez.")  # fmt: skip
+_DE_MONTHS_ABBR = (
+    "Jan.",
+    "Feb.",
+    "März",
+    "Apr.",
+    "Mai",
+    "Juni",
+    "Juli",
+    "Aug.",
+    "Sept.",
+    "Okt.",
+    "Nov.",
+    "Dez.",
+)
 _DE_WEEKDAYS = ("Montag", "Dienstag", "Mittwoch", "Donnerstag", "Freitag", "Samstag", "Sonntag")
 
-_FR_MONTHS = ("janvier", "février", "mars", "avril", "mai", "juin", "juillet", "août", "septembre",
-              "octobre", "novembre", "décembre")  # fmt: skip
+_FR_MONTHS = (
+    "janvier",
+    "février",
+    "mars",
+    "avril",
+    "mai",
+    "juin",
+    "juillet",
+    "août",
+    "septembre",
+    "octobre",
+    "novembre",
+    "décembre",
+)
 _FR_WEEKDAYS = ("lundi", "mardi", "mercredi", "jeudi", "vendredi", "samedi", "dimanche")
 
-_ES_MONTHS = ("enero", "febrero", "marzo", "abril", "mayo", "junio", "julio", "agosto",
-              "septiembre", "octubre", "noviembre", "diciembre")  # fmt: skip
-_ES_MONTHS_ABBR = ("ene", "feb", "mar", "abr", "may", "jun", "jul", "ago", "sep", "oct", "nov",
-                   "dic")  # fmt: skip
+_ES_MONTHS = (
+    "enero",
+    "febrero",
+    "marzo",
+    "abril",
+    "mayo",
+    "junio",
+    "julio",
+    "agosto",
+    "septiembre",
+    "octubre",
+    "noviembre",
+    "diciembre",
+)
+_ES_MONTHS_ABBR = (
+    "ene",
+    "feb",
+    "mar",
+    "abr",
+    "may",
+    "jun",
+    "jul",
+    "ago",
+    "sep",
+    "oct",
+    "nov",
+    "dic",
+)
 # No Spanish weekday abbreviations: "mar" (martes) would also read as March.
 _ES_WEEKDAYS = ("lunes", "martes", "miércoles", "jueves", "viernes", "sábado", "domingo")
 
@@ -180,24 +264,49 @@ def _year_first_dots(d: datetime.date, rng: random.Random) -> str:  # 2026.11.29
 # Every format is equally likely; add one here and the tests' parser must learn to read it.
 _FORMATS: list[_DateFormat] = [
     # English, and US numeric (month first)
-    _en_weekday_long, _en_day_month, _en_month_day, _en_abbr_ordinal, _en_abbr_day,
-    _en_the_ordinal, _en_weekday_abbr, _en_short_year, _us_numeric,
+    _en_weekday_long,
+    _en_day_month,
+    _en_month_day,
+    _en_abbr_ordinal,
+    _en_abbr_day,
+    _en_the_ordinal,
+    _en_weekday_abbr,
+    _en_short_year,
+    _us_numeric,
     # German, and numeric day first
-    _de_weekday, _de_day_month, _de_abbr, _de_numeric, _de_numeric_short,
+    _de_weekday,
+    _de_day_month,
+    _de_abbr,
+    _de_numeric,
+    _de_numeric_short,
     # French
-    _fr_weekday, _fr_day_month, _fr_le,
+    _fr_weekday,
+    _fr_day_month,
+    _fr_le,
     # Spanish
-    _es_weekday, _es_de, _es_abbr,
+    _es_weekday,
+    _es_de,
+    _es_abbr,
     # year first
-    _year_first_slashes, _year_first_dots,
-]  # fmt: skip
+    _year_first_slashes,
+    _year_first_dots,
+]
 
 _EXAMPLE_DATE = datetime.date(2026, 11, 29)
 DATE_FORMAT_EXAMPLES: list[str] = [
     fmt(_EXAMPLE_DATE, random.Random(0))
-    for fmt in (_en_weekday_long, _en_the_ordinal, _en_short_year, _us_numeric, _de_abbr,
-                _de_numeric, _fr_le, _es_weekday, _year_first_dots)
-]  # fmt: skip
+    for fmt in (
+        _en_weekday_long,
+        _en_the_ordinal,
+        _en_short_year,
+        _us_numeric,
+        _de_abbr,
+        _de_numeric,
+        _fr_le,
+        _es_weekday,
+        _year_first_dots,
+    )
+]
 
 
 def _vary_case(text: str, rng: random.Random) -> str:

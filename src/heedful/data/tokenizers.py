@@ -2,14 +2,43 @@
 
 from __future__ import annotations
 
+import io
 import json
+import random
+import re
 from collections import Counter
 from collections.abc import Iterable
+from itertools import chain
 from pathlib import Path
+from typing import Protocol
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+
+
+class Tokenizer(Protocol):
+    """What the rest of heedful needs from a tokenizer; CharTokenizer and SentencePieceTokenizer."""
+
+    kind: str
+
+    def __len__(self) -> int: ...
+    def encode(self, text: str) -> list[int]: ...
+    def tokens(self, text: str) -> list[str]: ...
+    def decode(self, ids: Iterable[int]) -> str: ...
+    def id_to_token(self, i: int) -> str: ...
+    def save(self, path: str | Path) -> None: ...
+
+
+def _content_ids(ids: Iterable[int]) -> list[int]:
+    """The ids before the first </s>, other special tokens left out: what decode spells out."""
+    out = []
+    for i in map(int, ids):
+        if i == EOS_ID:
+            break
+        if i >= len(SPECIALS):
+            out.append(i)
+    return out
 
 
 class CharTokenizer:
@@ -43,13 +72,7 @@ class CharTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """ids -> text; stops at </s>, skips the other special tokens."""
-        out = []
-        for i in ids:
-            if i == EOS_ID:
-                break
-            if i >= len(SPECIALS):
-                out.append(self.vocab[i])
-        return "".join(out)
+        return "".join(self.vocab[i] for i in _content_ids(ids))
 
     def id_to_token(self, i: int) -> str:
         return self.vocab[i]
@@ -61,6 +84,221 @@ class CharTokenizer:
     @classmethod
     def load(cls, path: str | Path) -> CharTokenizer:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("kind") != cls.kind or not isinstance(data.get("vocab"), list):
+        valid = isinstance(data, dict) and data.get("kind") == cls.kind
+        if not valid or not isinstance(data.get("vocab"), list):
             raise ValueError(f"{path}: not a heedful character tokenizer file")
         return cls(data["vocab"])
+
+
+class SentencePieceTokenizer:
+    """Subword pieces from a SentencePiece model (Kudo & Richardson 2018): unigram or BPE.
+
+    The model lives in memory as its serialized bytes, `model_proto`, and `save` writes exactly
+    those bytes: the standard binary .model file, so a model directory is self-contained and the
+    file also works with `spm_encode` or `SentencePieceProcessor(model_file=...)`. Text is
+    normalised before it is split (NFKC, runs of whitespace made one space, none at either end),
+    so decode(encode(x)) == x for text already in that form. Characters the model never saw
+    encode to <unk>, which decode leaves out, as CharTokenizer does.
+    """
+
+    kind = "sentencepiece"
+
+    def __init__(self, model_proto: bytes):
+        processor = _processor(model_proto)
+        if processor is None:
+            raise ValueError("not a SentencePiece model")
+        special_ids = (
+            processor.pad_id(),
+            processor.bos_id(),
+            processor.eos_id(),
+            processor.unk_id(),
+        )
+        if special_ids != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
+            raise ValueError(
+                f"SentencePiece model has pad/bos/eos/unk ids {special_ids}, heedful needs "
+                f"{(PAD_ID, BOS_ID, EOS_ID, UNK_ID)}: train it with SentencePieceTokenizer.train"
+            )
+        self.model_proto = bytes(model_proto)
+        self.processor = processor
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int,
+        model_type: str = "unigram",
+        character_coverage: float = 1.0,
+        input_sentence_size: int = 1_000_000,
+        seed: int = 0,
+    ) -> SentencePieceTokenizer:
+        """Train a SentencePiece model in memory on `texts`, one sentence each; writes no files.
+
+        vocab_size: every piece counts, the four special tokens included. When the text is too
+            small to fill it, this raises ValueError naming the largest size that works, instead
+            of training with hard_vocab_limit=False and quietly returning fewer pieces: the
+            vocab_size in a config should be the size of the model it trains.
+        model_type: "unigram" (Kudo 2018) or "bpe" (Sennrich et al. 2016).
+        character_coverage: share of characters the vocabulary must cover; 1.0 keeps every
+            character seen, 0.9995 is usual for scripts with thousands of characters.
+        input_sentence_size: train on at most this many non-empty sentences (0: all of them).
+        seed: chooses that sample. The same texts and arguments give the same model bytes.
+        """
+        import sentencepiece as spm
+
+        if model_type not in ("unigram", "bpe"):
+            raise ValueError(f"model_type must be 'unigram' or 'bpe', not {model_type!r}")
+        sentences = _sample(texts, input_sentence_size, seed)
+        if not sentences:
+            raise ValueError("no non-empty text to train a SentencePiece model on")
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                pad_id=PAD_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                unk_id=UNK_ID,
+                pad_piece=PAD,
+                bos_piece=BOS,
+                eos_piece=EOS,
+                unk_piece=UNK,
+                input_sentence_size=0,  # already sampled, reproducibly (see _sample)
+                minloglevel=1,  # warnings only: the progress log is hundreds of lines
+            )
+        except RuntimeError as error:
+            raise _training_error(error, vocab_size, model_type) from None
+        return cls(model.getvalue())
+
+    def __len__(self) -> int:
+        return self.processor.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        """text -> ids, without <s> or </s>"""
+        return self.processor.encode(text)
+
+    def tokens(self, text: str) -> list[str]:
+        """The pieces a text is split into ("▁" marks a word start), for attention pictures."""
+        return self.processor.encode(text, out_type=str)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """ids -> detokenized text; stops at </s>, skips the other special tokens."""
+        return self.processor.decode(_content_ids(ids))
+
+    def id_to_token(self, i: int) -> str:
+        return self.processor.id_to_piece(i)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.model_proto)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SentencePieceTokenizer:
+        try:
+            return cls(Path(path).read_bytes())
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+
+
+def _processor(model_proto: bytes):
+    """A SentencePieceProcessor for serialized model bytes, or None if they are not a model."""
+    import sentencepiece as spm
+
+    if not model_proto:  # parses as an empty protobuf, then fails on first use
+        return None
+    try:
+        return spm.SentencePieceProcessor(model_proto=model_proto)
+    except RuntimeError:
+        return None
+
+
+def _sample(texts: Iterable[str], size: int, seed: int) -> list[str]:
+    """At most `size` of the non-empty texts (all when size is 0), kept in their original order.
+
+    Reservoir sampling (Vitter 1985, algorithm R) holds only the sample in memory. heedful
+    samples itself because SentencePiece's own sampler (its input_sentence_size) picked
+    different sentences in different processes even after set_random_generator_seed
+    (sentencepiece 0.2), so the same config would train different models.
+    """
+    rng = random.Random(seed)
+    sample: list[tuple[int, str]] = []
+    for n, text in enumerate(t for t in texts if t.strip()):
+        if size <= 0 or len(sample) < size:
+            sample.append((n, text))
+        elif (j := rng.randrange(n + 1)) < size:
+            sample[j] = (n, text)
+    sample.sort()
+    return [text for _, text in sample]
+
+
+def _training_error(error: RuntimeError, vocab_size: int, model_type: str) -> ValueError:
+    # SentencePiece reports "INTERNAL: src/trainer_interface.cc(744) [check] message".
+    message = str(error).split("] ", 1)[-1] or str(error)
+    limit = re.search(r"too high.*<= (\d+)", message)
+    if limit:
+        return ValueError(
+            f"vocab_size={vocab_size} is too large for this training text: a {model_type} model "
+            f"can have at most {limit[1]} pieces here; set vocab_size to {limit[1]} or less, or "
+            "train on more text"
+        )
+    return ValueError(
+        f"SentencePiece training failed (vocab_size={vocab_size}, model_type={model_type}): "
+        f"{message}"
+    )
+
+
+def train_tokenizers(
+    src_texts: Iterable[str],
+    tgt_texts: Iterable[str],
+    kind: str,
+    vocab_size: int,
+    model_type: str = "unigram",
+    joint: bool = False,
+    character_coverage: float = 1.0,
+) -> tuple[Tokenizer, Tokenizer]:
+    """Train the (source, target) tokenizers for a corpus.
+
+    kind: "char" or "sentencepiece"; vocab_size, model_type and character_coverage apply to
+        SentencePiece only (a character vocabulary is every character seen).
+    joint: one tokenizer trained on both sides and returned twice (the same object), as
+        needed to tie source and target embeddings or to copy names across; otherwise one per
+        side, each trained on its own text only, with vocab_size pieces each.
+    """
+    if kind not in ("char", "sentencepiece"):
+        raise ValueError(f"tokenizer kind must be 'char' or 'sentencepiece', not {kind!r}")
+
+    def train(texts: Iterable[str]) -> Tokenizer:
+        if kind == "char":
+            return CharTokenizer.train(texts)
+        return SentencePieceTokenizer.train(
+            texts, vocab_size, model_type, character_coverage=character_coverage
+        )
+
+    if joint:
+        tokenizer = train(chain(src_texts, tgt_texts))
+        return tokenizer, tokenizer
+    return train(src_texts), train(tgt_texts)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Read a file written by either tokenizer's save(), whichever kind it holds.
+
+    The files describe themselves: a character tokenizer is JSON with "kind": "char", a
+    SentencePiece tokenizer is the binary .model file (a protobuf, which never parses as JSON).
+    So JSON is tried first and anything else is read as a SentencePiece model.
+    """
+    data = Path(path).read_bytes()
+    try:
+        json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    else:
+        return CharTokenizer.load(path)
+    if _processor(data) is None:
+        raise ValueError(
+            f"{path}: not a tokenizer file: neither heedful character-tokenizer JSON "
+            "nor a SentencePiece model"
+        )
+    return SentencePieceTokenizer.load(path)

@@ -11,19 +11,36 @@ from heedful.models.transformer import Transformer
 
 def _transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
     return Transformer(
-        src_vocab_size, tgt_vocab_size, d_model=c.d_model, num_heads=c.num_heads,
-        encoder_layers=c.encoder_layers, decoder_layers=c.decoder_layers, d_ff=c.d_ff,
-        dropout=c.dropout, norm_first=c.norm == "pre", positional=c.positional,
-        max_positions=c.max_positions, tie_embeddings=c.tie_embeddings, pad_id=pad_id,
-    )  # fmt: skip
+        src_vocab_size,
+        tgt_vocab_size,
+        d_model=c.d_model,
+        num_heads=c.num_heads,
+        encoder_layers=c.encoder_layers,
+        decoder_layers=c.decoder_layers,
+        d_ff=c.d_ff,
+        dropout=c.dropout,
+        norm_first=c.norm == "pre",
+        positional=c.positional,
+        max_positions=c.max_positions,
+        tie_embeddings=c.tie_embeddings,
+        pad_id=pad_id,
+    )
 
 
 def _rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
     return RNNSeq2Seq(
-        src_vocab_size, tgt_vocab_size, embed_size=c.d_model, hidden_size=c.hidden_size,
-        cell=c.rnn_cell, num_layers=c.rnn_layers, bidirectional=c.bidirectional,
-        attention=c.attention, input_feeding=c.input_feeding, dropout=c.dropout, pad_id=pad_id,
-    )  # fmt: skip
+        src_vocab_size,
+        tgt_vocab_size,
+        embed_size=c.d_model,
+        hidden_size=c.hidden_size,
+        cell=c.rnn_cell,
+        num_layers=c.rnn_layers,
+        bidirectional=c.bidirectional,
+        attention=c.attention,
+        input_feeding=c.input_feeding,
+        dropout=c.dropout,
+        pad_id=pad_id,
+    )
 
 
 BUILDERS = {"transformer": _transformer, "rnn": _rnn}

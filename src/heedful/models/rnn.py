@@ -42,16 +42,21 @@ def make_attention(kind: str, size: int) -> nn.Module | None:
 class RNNEncoder(nn.Module):
     """Embeds the source and runs a (bi)directional RNN; states are N wide either way."""
 
-    def __init__(self, vocab_size, embed_size, hidden_size, cell, num_layers, bidirectional,
-                 dropout, pad_id):  # fmt: skip
+    def __init__(
+        self, vocab_size, embed_size, hidden_size, cell, num_layers, bidirectional, dropout, pad_id
+    ):
         super().__init__()
         self.pad_id, self.bidirectional, self.num_layers = pad_id, bidirectional, num_layers
         self.embedding = nn.Embedding(vocab_size, embed_size, padding_idx=pad_id)
         per_direction = hidden_size // 2 if bidirectional else hidden_size
         self.rnn = RNN_CELLS[cell](
-            embed_size, per_direction, num_layers, batch_first=True,
-            bidirectional=bidirectional, dropout=dropout if num_layers > 1 else 0.0,
-        )  # fmt: skip
+            embed_size,
+            per_direction,
+            num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, src: torch.Tensor) -> tuple[torch.Tensor, Hidden]:
@@ -96,16 +101,29 @@ class RNNState:
 class AttentionDecoder(nn.Module):
     """The decoder; `attention=None` makes it the plain fixed-context-vector decoder."""
 
-    def __init__(self, vocab_size, embed_size, hidden_size, cell, num_layers, attention,
-                 input_feeding, dropout, pad_id):  # fmt: skip
+    def __init__(
+        self,
+        vocab_size,
+        embed_size,
+        hidden_size,
+        cell,
+        num_layers,
+        attention,
+        input_feeding,
+        dropout,
+        pad_id,
+    ):
         super().__init__()
         self.cell, self.input_feeding = cell, input_feeding and attention is not None
         self.embedding = nn.Embedding(vocab_size, embed_size, padding_idx=pad_id)
         in_size = embed_size + (hidden_size if self.input_feeding else 0)
         self.rnn = RNN_CELLS[cell](
-            in_size, hidden_size, num_layers, batch_first=True,
+            in_size,
+            hidden_size,
+            num_layers,
+            batch_first=True,
             dropout=dropout if num_layers > 1 else 0.0,
-        )  # fmt: skip
+        )
         self.bridge = nn.Linear(hidden_size, hidden_size)  # s_0 = tanh(W_s h_final), Bahdanau A.2.2
         self.attention = attention
         self.combine = nn.Linear(hidden_size * (2 if attention is not None else 1), hidden_size)
@@ -167,11 +185,27 @@ class RNNSeq2Seq(nn.Module):
     ):
         super().__init__()
         self.pad_id = pad_id
-        self.encoder = RNNEncoder(src_vocab_size, embed_size, hidden_size, cell, num_layers,
-                                  bidirectional, dropout, pad_id)  # fmt: skip
-        self.decoder = AttentionDecoder(tgt_vocab_size, embed_size, hidden_size, cell, num_layers,
-                                        make_attention(attention, hidden_size), input_feeding,
-                                        dropout, pad_id)  # fmt: skip
+        self.encoder = RNNEncoder(
+            src_vocab_size,
+            embed_size,
+            hidden_size,
+            cell,
+            num_layers,
+            bidirectional,
+            dropout,
+            pad_id,
+        )
+        self.decoder = AttentionDecoder(
+            tgt_vocab_size,
+            embed_size,
+            hidden_size,
+            cell,
+            num_layers,
+            make_attention(attention, hidden_size),
+            input_feeding,
+            dropout,
+            pad_id,
+        )
 
     def encode(self, src: torch.Tensor, need_weights: bool = False) -> RNNMemory:
         states, final = self.encoder(src)

@@ -40,8 +40,9 @@ def plot_alignment(
     fig, ax = plt.subplots(figsize=(width, height), dpi=100)
     image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     short = all(len(t) <= 1 for t in source_tokens)  # characters read best upright
-    ax.set_xticks(range(len(source_tokens)), [_label(t) for t in source_tokens],
-                  rotation=0 if short else 90)  # fmt: skip
+    ax.set_xticks(
+        range(len(source_tokens)), [_label(t) for t in source_tokens], rotation=0 if short else 90
+    )
     ax.set_yticks(range(len(target_tokens)), [_label(t) for t in target_tokens])
     ax.set_xlabel("source")
     ax.set_ylabel("output")

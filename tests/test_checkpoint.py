@@ -1,0 +1,112 @@
+"""Model directories: round trip, atomic writes, averaging, and refusing pickles unexecuted."""
+
+import pickle
+
+import pytest
+import torch
+
+from heedful.checkpoint import (
+    CheckpointError,
+    GenerationConfig,
+    atomic_write_bytes,
+    average_checkpoints,
+    load_model_dir,
+    save_model_dir,
+)
+from heedful.config import ModelConfig
+from heedful.data.tokenizers import CharTokenizer
+from heedful.models.build import build_model
+
+CONFIGS = [
+    ModelConfig(
+        d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32, tie_embeddings=True
+    ),
+    ModelConfig(arch="rnn", rnn_cell="lstm", d_model=8, hidden_size=16, attention="luong-concat"),
+]
+
+
+def _save(path, config, seed=0):
+    tok = CharTokenizer.train(["abcdef ghij"])
+    torch.manual_seed(seed)
+    model = build_model(config, len(tok), len(tok))
+    save_model_dir(path, model, config, tok, tok, GenerationConfig(num_beams=3), ("en", "de"))
+    return model
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_round_trip_gives_identical_weights_and_settings(tmp_path, config):
+    model = _save(tmp_path / "m", config)
+    loaded = load_model_dir(tmp_path / "m")
+    assert loaded.model_config == config and loaded.generation.num_beams == 3
+    assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    if config.tie_embeddings:
+        assert loaded.model.generator.weight is loaded.model.tgt_embed.tokens.weight
+
+
+class Boom:
+    def __reduce__(self):
+        return (exec, ("open('PWNED', 'w').write('x')",))
+
+
+def test_a_planted_pickle_is_refused_without_running(tmp_path, monkeypatch):
+    _save(tmp_path / "m", CONFIGS[0])
+    (tmp_path / "m" / "model.safetensors").write_bytes(pickle.dumps({"w": Boom()}))
+    torch.save({"w": torch.zeros(1)}, tmp_path / "torch.pt")  # a torch pickle fares no better
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="not a valid safetensors file"):
+        load_model_dir(tmp_path / "m")
+    (tmp_path / "m" / "model.safetensors").write_bytes((tmp_path / "torch.pt").read_bytes())
+    with pytest.raises(CheckpointError, match="refusing to load"):
+        load_model_dir(tmp_path / "m")
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_missing_and_foreign_directories_are_named(tmp_path):
+    with pytest.raises(CheckpointError, match="model directory not found: .*nowhere"):
+        load_model_dir(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="missing config.json"):
+        load_model_dir(tmp_path / "empty")
+    (tmp_path / "empty" / "config.json").write_text('{"format": "something-else"}')
+    with pytest.raises(CheckpointError, match="not a heedful model config"):
+        load_model_dir(tmp_path / "empty")
+
+
+def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    target = tmp_path / "f.json"
+    atomic_write_bytes(target, b"old")
+
+    def fail(*_):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.fsync", fail)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]  # no temporary left behind
+
+
+def test_overwriting_a_model_directory_is_atomic(tmp_path, monkeypatch):
+    _save(tmp_path / "m", CONFIGS[0], seed=0)
+    before = load_model_dir(tmp_path / "m").model.state_dict()
+    monkeypatch.setattr(
+        "heedful.checkpoint.publish_directory", lambda *_: (_ for _ in ()).throw(OSError("killed"))
+    )
+    with pytest.raises(OSError):
+        _save(tmp_path / "m", CONFIGS[0], seed=1)
+    after = load_model_dir(tmp_path / "m").model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_average_is_the_mean_of_the_weights(tmp_path):
+    a, b = _save(tmp_path / "a", CONFIGS[1], 0), _save(tmp_path / "b", CONFIGS[1], 1)
+    average_checkpoints([tmp_path / "a", tmp_path / "b"], tmp_path / "avg")
+    avg = load_model_dir(tmp_path / "avg").model.state_dict()
+    for name, value in a.state_dict().items():
+        torch.testing.assert_close(avg[name], (value + b.state_dict()[name]) / 2)
+    _save(tmp_path / "c", CONFIGS[0])
+    with pytest.raises(CheckpointError, match="model config differs"):
+        average_checkpoints([tmp_path / "a", tmp_path / "c"], tmp_path / "bad")

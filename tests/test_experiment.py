@@ -1,0 +1,206 @@
+"""`heedful train` end to end on a tiny corpus: resume exactness, multi-process, the CLI."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from heedful.data.tasks import generate_dates
+
+CONFIG = """\
+data:
+  train_src: {d}/train.src
+  train_tgt: {d}/train.tgt
+  valid_src: {d}/valid.src
+  valid_tgt: {d}/valid.tgt
+  tokenizer: char
+  max_length: 40
+  valid_max_sentences: 16
+model:
+  arch: {arch}
+  d_model: 16
+  num_heads: 2
+  encoder_layers: 1
+  decoder_layers: 1
+  d_ff: 32
+  hidden_size: 16
+  dropout: 0.0
+train:
+  seed: 3
+  batch_tokens: 300
+  max_steps: {steps}
+  eval_every: 4
+  log_every: 2
+  lr: 0.003
+  warmup_steps: 5
+"""
+
+
+def corpus(tmp_path: Path) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    for split, n, seed in (("train", 300, 1), ("valid", 16, 2)):
+        pairs = generate_dates(n, seed)
+        (d / f"{split}.src").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+        (d / f"{split}.tgt").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    return d
+
+
+def write_config(tmp_path, data_dir, steps=12, arch="transformer", name="c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(CONFIG.format(d=data_dir, steps=steps, arch=arch))
+    return path
+
+
+def heedful(*args, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "heedful", *args],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
+
+
+def run_ok(*args) -> str:
+    proc = heedful(*args)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    return out
+
+
+def weights(run_dir: Path) -> dict:
+    return load_file(str((run_dir / "latest").resolve() / "model.safetensors"))
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_resume_after_sigkill_is_bitwise_identical(tmp_path, arch):
+    data = corpus(tmp_path)
+    config = write_config(tmp_path, data, steps=40, arch=arch)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_ok("train", str(config), "--run-dir", str(straight), "--no-progress")
+
+    proc = heedful("train", str(config), "--run-dir", str(resumed), "--no-progress")
+    deadline = time.time() + 120
+    while not (resumed / "checkpoints" / "step-00000008").exists():
+        assert proc.poll() is None and time.time() < deadline, "training ended before the kill"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)  # no clean exit: whatever was being written is cut off
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (resumed / "checkpoints" / "step-00000040").exists()
+
+    out = run_ok("train", str(config), "--run-dir", str(resumed), "--no-progress")
+    assert "resuming from" in out
+    a, b = weights(straight), weights(resumed)
+    assert (
+        (straight / "latest").resolve().name
+        == (resumed / "latest").resolve().name
+        == "step-00000040"
+    )
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].equal(b[name]), name
+
+
+def test_run_directory_contents_and_force(tmp_path):
+    data = corpus(tmp_path)
+    config = write_config(tmp_path, data, steps=8)
+    run_dir = tmp_path / "run"
+    run_ok(
+        "train",
+        str(config),
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        "--set",
+        "train.keep_best=1",
+    )
+    assert (run_dir / "config.yaml").read_text().count("keep_best: 1") == 1
+    records = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert any('"bleu"' in r for r in records) and any('"train_loss"' in r for r in records)
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert len(checkpoints) <= 2 and "step-00000008" in checkpoints  # best 1 + latest
+    assert (run_dir / "best").resolve().parent == run_dir / "checkpoints"
+    out = run_ok("train", str(config), "--run-dir", str(run_dir), "--no-progress", "--force")
+    assert "resuming" not in out
+
+
+def test_translate_keeps_order_count_and_empty_lines(tmp_path):
+    data = corpus(tmp_path)
+    config = write_config(tmp_path, data, steps=4)
+    run_ok("train", str(config), "--run-dir", str(tmp_path / "run"), "--no-progress")
+    model = tmp_path / "run" / "latest"
+    lines = ["29.11.26", "", "Sunday, 29 November 2026", "  ", "1 mars 1999", ""]
+    proc = heedful("translate", str(model), "--beam", "1")
+    out, _ = proc.communicate("\n".join(lines) + "\n", timeout=120)
+    assert proc.returncode == 0, out
+    rows = out.split("\n")[:-1]
+    assert len(rows) == len(lines)
+    assert [r == "" for r in rows][1] and rows[3] == "" and rows[5] == ""
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    run_ok(
+        "translate",
+        str(model),
+        "-i",
+        str(tmp_path / "in.txt"),
+        "-o",
+        str(tmp_path / "out.txt"),
+        "--beam",
+        "1",
+    )
+    assert (tmp_path / "out.txt").read_text().split("\n")[:-1] == rows
+
+
+def test_bad_config_stops_with_the_key_named(tmp_path):
+    data = corpus(tmp_path)
+    config = write_config(tmp_path, data)
+    proc = heedful(
+        "train", str(config), "--set", "train.max_stepz=3", "--run-dir", str(tmp_path / "r")
+    )
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "unknown config key train.max_stepz" in out
+    (data / "valid.tgt").write_text("only one line\n")
+    proc = heedful("train", str(config), "--run-dir", str(tmp_path / "r"))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "valid.src" in out and "valid.tgt" in out
+
+
+def test_two_process_torchrun_matches_one_process(tmp_path):
+    """Each global batch split across 2 processes gives the same update as one process."""
+    data = corpus(tmp_path)
+    config = write_config(tmp_path, data, steps=8)
+    run_ok("train", str(config), "--run-dir", str(tmp_path / "one"), "--no-progress")
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "heedful",
+            "train",
+            str(config),
+            "--run-dir",
+            str(tmp_path / "two"),
+            "--no-progress",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for name in a:
+        assert (a[name] - b[name]).abs().max() < 1e-5, name
