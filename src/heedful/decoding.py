@@ -3,6 +3,9 @@
 Both searches return, for every sentence, the tokens produced and the attention of each step
 (StepAttention layout: cross (L, H, S) per produced token), so that what a picture shows is what
 the model actually did for that output.
+
+Shapes: B sentences, K beam size, V target vocabulary, S source length, L layers, H heads;
+a decode step sees R = B·K rows, sentence-major (sentence b owns rows b·K .. b·K + K - 1).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ class Hypothesis:
     """One output sentence.
 
     tokens: produced ids, without <s> and </s>.
-    score: sum of the log-probabilities of the tokens and of </s> (if it was produced).
+    score: sum of the log-probabilities of the tokens and of </s> (if it was produced); beam search
+        ranks by score / gnmt_length_penalty but reports this raw sum.
     cross_attention: (steps, L, H, S) with S the source's real length; one row per produced token
         plus the </s> step when the sentence finished. None when weights were not requested.
     """
@@ -77,9 +81,259 @@ def _hypotheses(src, pad_id, eos_id, tokens, weights, lengths, scores) -> list[H
     out = []
     for i, row in enumerate(produced):
         n = int(lengths[i])
-        finished = row[n - 1] == eos_id
-        cross = None if attention is None else attention[i, :n, ..., : src_lengths[i]].cpu()
-        out.append(
-            Hypothesis(row[: n - 1] if finished else row[:n], float(scores[i]), cross, finished)
+        cross = None if attention is None else attention[i, :n]
+        out.append(_hypothesis(row[:n], row[n - 1] == eos_id, float(scores[i]), cross,
+                               src_lengths[i]))  # fmt: skip
+    return out
+
+
+def _hypothesis(produced, finished, score, cross, src_length) -> Hypothesis:
+    """produced: every chosen token, </s> included when finished; cross (steps, L, H, S).
+
+    The attention is copied out so that a kept hypothesis does not pin the whole batch's.
+    """
+    cross = None if cross is None else cross[..., :src_length].to("cpu", copy=True)
+    return Hypothesis(produced[:-1] if finished else produced, score, cross, finished)
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search
+# ---------------------------------------------------------------------------------------------
+
+
+def gnmt_length_penalty(length, alpha: float):
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, §7); |Y| counts </s>. alpha = 0 gives 1.
+
+    Beam search ranks finished hypotheses by log P(Y) / lp(Y): without it every extra token can
+    only lower a log-probability, so the search favours short outputs.
+    """
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@dataclass
+class _Ends:
+    """Hypotheses named by where they end, each field (B, N): the step, the decode row at that
+    step they extend and the token chosen there. Their history is read back from the _Trace."""
+
+    score: torch.Tensor  # raw sum of log-probs; -inf marks an empty slot
+    step: torch.Tensor
+    row: torch.Tensor
+    token: torch.Tensor
+
+    def take(self, index: torch.Tensor) -> _Ends:
+        """Pick along the hypothesis axis: index (B, N')."""
+        return _Ends(*(f.gather(1, index) for f in self._fields()))
+
+    def keep(self, sentences: torch.Tensor) -> _Ends:
+        return _Ends(*(f[sentences] for f in self._fields()))
+
+    def cat(self, other: _Ends) -> _Ends:
+        return _Ends(*(torch.cat(pair, 1) for pair in zip(self._fields(), other._fields())))
+
+    def normalized(self, alpha: float) -> torch.Tensor:
+        return self.score / gnmt_length_penalty(self.step + 1, alpha)  # (B, N)
+
+    def _fields(self):
+        return self.score, self.step, self.row, self.token
+
+
+@dataclass
+class _Trace:
+    """What each step saw, per decode row: the token fed in, the row of the previous step it
+    continues (a backpointer) and its cross attention (R, L, H, S), None for a model without."""
+
+    fed: list[torch.Tensor]
+    parent: list[torch.Tensor]
+    cross: list[torch.Tensor] | None
+
+    def record(self, fed, parent, attention) -> None:
+        self.fed.append(fed)
+        self.parent.append(parent)
+        if attention is None:
+            self.cross = None
+        elif self.cross is not None:
+            self.cross.append(attention.cross)
+
+    def backtrack(self, ends: _Ends) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Follow the backpointers of M hypotheses (fields (M,)) to step 0, all at once.
+
+        Returns tokens (M, T) and cross attention (M, T, L, H, S), T = 1 + the latest end step;
+        positions past a hypothesis's own end are left as zeros.
+        """
+        m, steps = ends.step.numel(), int(ends.step.max()) + 1
+        tokens = ends.token.new_zeros(m, steps)  # (M, T)
+        tokens[torch.arange(m, device=tokens.device), ends.step] = ends.token
+        cross = None
+        if self.cross is not None:
+            cross = self.cross[0].new_zeros(m, steps, *self.cross[0].shape[1:])  # (M, T, L, H, S)
+        row = ends.row.clone()
+        for s in range(steps - 1, -1, -1):
+            here = (ends.step >= s).nonzero().squeeze(1)  # the hypotheses alive at step s
+            at = row[here]
+            if cross is not None:
+                cross[here, s] = self.cross[s][at]
+            if s > 0:
+                tokens[here, s - 1] = self.fed[s][at]
+                row[here] = self.parent[s][at]
+        return tokens, cross
+
+
+def _extend(scores: torch.Tensor, log_probs: torch.Tensor, step: int) -> _Ends:
+    """The 2K best one-token extensions of each sentence's K beams, best first (B, 2K).
+
+    scores (B, K) of the beams, log_probs (B·K, V) of their next token: one topk over (B, K·V).
+    """
+    b, k = scores.shape
+    v = log_probs.size(-1)
+    total = (scores.reshape(-1, 1) + log_probs).view(b, k * v)  # (B, K·V)
+    score, flat = total.topk(min(2 * k, k * v), dim=1)  # (B, 2K)
+    sentence_rows = torch.arange(b, device=scores.device).unsqueeze(1) * k  # (B, 1)
+    return _Ends(score, torch.full_like(flat, step), sentence_rows + flat // v, flat % v)
+
+
+def _split(candidates: _Ends, eos_id: int, k: int) -> tuple[_Ends, _Ends]:
+    """Candidates (B, 2K) -> newly finished (B, 2K; -inf where none) and the K alive (B, K).
+
+    As in fairseq and Hugging Face, a </s> counts only when it ranks among the K best candidates,
+    so beam_size=1 makes exactly greedy's choices. Taking 2K candidates leaves K that are not </s>
+    (each beam offers one </s> at most).
+    """
+    is_eos = candidates.token == eos_id
+    rank = torch.arange(is_eos.size(1), device=is_eos.device)  # (2K,)
+    ended = is_eos & (rank < k) & candidates.score.isfinite()
+    finished = _Ends(candidates.score.masked_fill(~ended, -torch.inf), *candidates._fields()[1:])
+    order = torch.sort(is_eos.to(torch.int8), dim=1, stable=True).indices[:, :k]  # (B, K)
+    return finished, candidates.take(order)  # non-</s> first, still best first
+
+
+def _best_finished(pool: _Ends, finished: _Ends, k: int, alpha: float) -> _Ends:
+    """The K best finished hypotheses so far, by score / lp, best first (B, K)."""
+    both = pool.cat(finished)  # (B, 3K)
+    return both.take(both.normalized(alpha).topk(k, dim=1).indices)
+
+
+def _is_done(pool: _Ends, alive: _Ends, limits, step: int, alpha: float):
+    """Which sentences are finished after `step`, and which of those reached their limit (B,).
+
+    Optimal stopping (Huang et al. 2017, "When to finish?"): log-probs are <= 0, so an alive
+    hypothesis can only lose score; lp is monotonic in length, so the best it can still reach is
+    its score over lp at one end of the lengths left to it, [step + 2, limit]. Once K finished
+    hypotheses are kept and the best alive one cannot beat the worst of them, nothing can change.
+    """
+    at_limit = step + 1 >= limits
+    best_alive = alive.score[:, 0]  # (B,)
+    shortest = best_alive / gnmt_length_penalty(step + 2, alpha)
+    longest = best_alive / gnmt_length_penalty(limits, alpha)
+    worst_kept = pool.normalized(alpha)[:, -1]  # (B,) -inf until K are kept
+    hopeless = worst_kept.isfinite() & (torch.maximum(shortest, longest) <= worst_kept)
+    return at_limit | hopeless | ~best_alive.isfinite(), at_limit
+
+
+def _outputs(pool: _Ends, alive: _Ends, at_limit, n_best: int) -> tuple[_Ends, torch.Tensor]:
+    """The n_best hypotheses of finished sentences (B, n_best) and whether each ended in </s>.
+
+    Finished ones come first, by score / lp; alive ones at the length limit fill any places left,
+    by score (all have the same length). Empty places have score -inf.
+    """
+    both = pool.cat(alive)  # (B, 2K)
+    ended = torch.zeros_like(both.score, dtype=torch.bool)
+    ended[:, : pool.score.size(1)] = True
+    usable = both.score.isfinite() & (ended | at_limit.unsqueeze(1))  # (B, 2K)
+    order = torch.sort((~usable).to(torch.int8), dim=1, stable=True).indices[:, :n_best]
+    picked = both.take(order)
+    picked.score = picked.score.masked_fill(~usable.gather(1, order), -torch.inf)
+    return picked, ended.gather(1, order)
+
+
+def _beam_rows(sentences: torch.Tensor, k: int) -> torch.Tensor:
+    """Sentence indices (B',) -> the indices of their decode rows (B'·K,)."""
+    return (sentences.unsqueeze(1) * k + torch.arange(k, device=sentences.device)).view(-1)
+
+
+def _check_beam_arguments(beam_size: int, n_best: int) -> None:
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(
+            f"n_best must be between 1 and beam_size ({beam_size}), got {n_best}: beam search "
+            "keeps only beam_size hypotheses, so it cannot return more"
         )
+
+
+@torch.no_grad()
+def beam_search(
+    model: Seq2SeqModel,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 5,
+    n_best: int = 1,
+    length_penalty: float = 1.0,
+    max_len_ratio: float = 2.0,
+    max_len_offset: int = 10,
+    need_weights: bool = True,
+) -> list[list[Hypothesis]]:
+    """Beam search over a batch: every sentence's beams decode together as one (B·K) batch.
+
+    src (B, S) padded source ids. Returns, per sentence, up to n_best hypotheses, best first:
+    those that ended in </s> ranked by score / lp with lp the GNMT length penalty
+    ((5 + |Y|) / 6) ** length_penalty (0 ranks by raw log-probability), then, only if fewer than
+    n_best ended, unfinished ones cut at the length limit (ratio · source length + offset).
+    Hypothesis.score stays the raw sum of log-probs; cross_attention is that hypothesis's own
+    (steps, L, H, S), or None without weights or for a model without attention.
+
+    A sentence stops once it keeps beam_size finished hypotheses and its best alive one cannot
+    beat the worst of them even at the most favourable length (so stopping never changes the
+    result), or at its length limit. Stopped sentences leave the batch.
+    """
+    _check_beam_arguments(beam_size, n_best)
+    batch, k, device = src.size(0), beam_size, src.device
+    if batch == 0:
+        return []
+    limits = max_output_lengths(src, model.pad_id, max_len_ratio, max_len_offset)  # (B,)
+    memory = model.encode(src)
+    tile = torch.arange(batch, device=device).repeat_interleave(k)  # (B·K,) each sentence K times
+    memory, state = memory.index_select(tile), model.init_state(memory).index_select(tile)
+    sentences = torch.arange(batch, device=device)  # (B,) which input sentence each row block is
+    empty = torch.full((batch, k), -torch.inf, device=device)  # (B, K)
+    zeros = torch.zeros((batch, k), dtype=torch.long, device=device)  # (B, K)
+    pool = _Ends(empty, zeros, zeros, zeros)  # finished hypotheses
+    scores = empty.clone()
+    scores[:, 0] = 0.0  # one live beam to start: the others would only repeat it
+    last = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)  # (B·K,)
+    trace, parents, results = _Trace([], [], []), tile, []  # step 0's parents are never followed
+    for step in range(int(limits.max())):
+        log_probs, state, attention = model.decode_step(memory, state, last, need_weights)
+        trace.record(last, parents, attention)
+        finished, alive = _split(_extend(scores, log_probs, step), eos_id, k)
+        pool = _best_finished(pool, finished, k, length_penalty)
+        done, at_limit = _is_done(pool, alive, limits, step, length_penalty)
+        if bool(done.any()):
+            picked, ended = _outputs(pool.keep(done), alive.keep(done), at_limit[done], n_best)
+            results.append((sentences[done], picked, ended))
+            if bool(done.all()):
+                break
+            active = (~done).nonzero().squeeze(1)  # (B',) finished sentences leave the batch
+            sentences, limits = sentences[active], limits[active]
+            pool, alive = pool.keep(active), alive.keep(active)
+            memory = memory.index_select(_beam_rows(active, k))
+        parents, last, scores = alive.row.reshape(-1), alive.token.reshape(-1), alive.score
+        state = state.index_select(parents)  # each row now continues the beam it extends
+    return _collect(results, trace, src, model.pad_id, batch)
+
+
+def _collect(results, trace: _Trace, src, pad_id: int, batch: int) -> list[list[Hypothesis]]:
+    """Read every returned hypothesis's history back in one pass, then group by sentence."""
+    sentence = torch.cat([s.unsqueeze(1).expand_as(e) for s, _, e in results]).view(-1)  # (M,)
+    ended = torch.cat([e for _, _, e in results]).view(-1)  # (M,)
+    ends = _Ends(*(torch.cat(f).view(-1) for f in zip(*(p._fields() for _, p, _ in results))))
+    usable = ends.score.isfinite()  # (M,) empty places dropped
+    sentence, ended, ends = sentence[usable], ended[usable], ends.keep(usable)
+    tokens, cross = trace.backtrack(ends)
+    src_lengths = (src != pad_id).sum(1).tolist()
+    out: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    for i, (b, n) in enumerate(zip(sentence.tolist(), (ends.step + 1).tolist())):
+        attention = None if cross is None else cross[i, :n]
+        out[b].append(_hypothesis(tokens[i, :n].tolist(), bool(ended[i]), float(ends.score[i]),
+                                  attention, src_lengths[b]))  # fmt: skip
     return out
