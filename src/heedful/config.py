@@ -39,6 +39,7 @@ class ModelConfig:
     arch: str = "transformer"  # transformer | rnn
     d_model: int = 128  # embedding size (and the Transformer's width)
     dropout: float = 0.1
+    attention_dropout: float = 0.0  # dropout on attention weights (Transformer; slow on CPU)
     tie_embeddings: bool = False  # share target embedding and output projection
     # Transformer
     num_heads: int = 4
@@ -73,8 +74,9 @@ class ModelConfig:
             "rnn_layers",
         ):
             _positive(f"model.{name}", getattr(self, name))
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout: must be in [0, 1), got {self.dropout}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name}: must be in [0, 1), got {getattr(self, name)}")
         if self.arch == "transformer" and self.d_model % self.num_heads:
             raise ConfigError(
                 f"model.d_model ({self.d_model}) must be divisible by model.num_heads "

@@ -19,6 +19,7 @@ def _transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_i
         decoder_layers=c.decoder_layers,
         d_ff=c.d_ff,
         dropout=c.dropout,
+        attention_dropout=c.attention_dropout,
         norm_first=c.norm == "pre",
         positional=c.positional,
         max_positions=c.max_positions,

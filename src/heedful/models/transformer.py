@@ -53,9 +53,17 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float, norm_first: bool):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        norm_first: bool,
+        attention_dropout: float = 0.0,
+    ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.attn_block = Residual(d_model, dropout, norm_first)
         self.ff_block = Residual(d_model, dropout, norm_first)
@@ -68,10 +76,18 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float, norm_first: bool):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        norm_first: bool,
+        attention_dropout: float = 0.0,
+    ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.self_block = Residual(d_model, dropout, norm_first)
         self.cross_block = Residual(d_model, dropout, norm_first)
@@ -154,6 +170,7 @@ class Transformer(nn.Module):
         decoder_layers: int = 6,
         d_ff: int = 2048,
         dropout: float = 0.1,
+        attention_dropout: float = 0.0,
         norm_first: bool = False,
         positional: str = "sinusoidal",
         max_positions: int = 512,
@@ -165,7 +182,7 @@ class Transformer(nn.Module):
         emb = (d_model, pad_id, positional, max_positions, dropout)
         self.src_embed = Embedding(src_vocab_size, *emb)
         self.tgt_embed = Embedding(tgt_vocab_size, *emb)
-        layer = (d_model, num_heads, d_ff, dropout, norm_first)
+        layer = (d_model, num_heads, d_ff, dropout, norm_first, attention_dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer) for _ in range(encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer) for _ in range(decoder_layers))
         # Pre-norm stacks end with a norm of their own; post-norm layers already end normalised.

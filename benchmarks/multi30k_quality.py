@@ -1,0 +1,161 @@
+"""Quality benchmark: each Multi30k config trained for a fixed wall-clock budget on this machine,
+then scored on test2016 with beam search (detokenized, case-sensitive sacreBLEU).
+
+    python benchmarks/multi30k_quality.py                       # all configs, 30 min each
+    python benchmarks/multi30k_quality.py --configs transformer --budget 600
+    python benchmarks/multi30k_quality.py --report               # only rewrite docs/benchmarks.md
+
+Each config's result goes to benchmarks/results/multi30k-<name>.json; the report in
+docs/benchmarks.md is rebuilt from every result file present, so configs can be run one at a
+time (each run needs the machine to itself: the budget is wall-clock time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
+RESULTS = ROOT / "benchmarks" / "results"
+REPORT = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- multi30k-quality:begin -->", "<!-- multi30k-quality:end -->"
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
+            f"({torch.get_num_threads()} threads), Python {platform.python_version()}")  # fmt: skip
+
+
+def run_config(name: str, budget: float, beam: int, run_root: Path) -> dict:
+    config = ROOT / "configs" / "multi30k" / f"{name}.yaml"
+    run_dir = run_root / name
+    command = [sys.executable, "-m", "heedful", "train", str(config), "--run-dir", str(run_dir),
+               "--force", "--no-progress", "--set", f"train.max_time={budget}"]  # fmt: skip
+    start = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True)
+    train_wall = time.perf_counter() - start
+
+    from heedful.evaluation import bleu_by_length, corpus_scores
+    from heedful.translator import Translator
+
+    translator = Translator.load(run_dir / "best")
+    sources = (CORPUS / "test2016.en").read_text(encoding="utf-8").splitlines()
+    references = (CORPUS / "test2016.de").read_text(encoding="utf-8").splitlines()
+    start = time.perf_counter()
+    outputs = [t.text for t in translator.translate(sources, num_beams=beam, batch_size=64)]
+    translate_seconds = time.perf_counter() - start
+    scores = corpus_scores(outputs, references)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_records = [m for m in metrics if "train_loss" in m]
+    return {
+        "config": name,
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "command": " ".join(["python", "-m", "heedful", *command[3:]]),
+        "budget_seconds": budget,
+        "train_wall_seconds": round(train_wall, 1),
+        "steps": train_records[-1]["step"] if train_records else 0,
+        "epochs": train_records[-1]["epoch"] if train_records else 0,
+        "target_tokens_per_second": round(train_records[-1]["tokens_per_s"]) if train_records else 0,
+        "best_checkpoint": (run_dir / "best").resolve().name,
+        "beam": beam,
+        "bleu": round(scores.bleu, 2),
+        "chrf": round(scores.chrf, 2),
+        "ter": round(scores.ter, 2),
+        "signature": scores.signatures["bleu"],
+        "translate_seconds": round(translate_seconds, 1),
+        "by_length": [
+            {"bucket": b.label, "sentences": b.sentences, "bleu": None if b.bleu is None else round(b.bleu, 2)}
+            for b in bleu_by_length(sources, outputs, references)
+        ],
+    }  # fmt: skip
+
+
+TARGETS = {"transformer": 32.0, "rnn-bahdanau": 26.0}
+
+
+def report() -> str:
+    results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("multi30k-*.json"))]
+    lines = [BEGIN, "## Multi30k quality in a fixed wall-clock budget", ""]
+    if not results:
+        return "\n".join(lines + ["No results yet: run `python benchmarks/multi30k_quality.py`.", END])
+    lines += [
+        "Each config in `configs/multi30k/` trained for a fixed wall-clock budget (validation "
+        "included), best checkpoint by validation BLEU, scored on `test2016` (1,000 sentences) "
+        "with beam search, detokenized, case-sensitive sacreBLEU.",
+        "",
+        "| config | budget | steps | epochs | target tok/s | BLEU | chrF | TER | target | date |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for r in results:
+        target = TARGETS.get(r["config"])
+        verdict = "-" if target is None else f">= {target}: {'met' if r['bleu'] >= target else 'NOT met'}"
+        lines.append(f"| {r['config']} | {r['budget_seconds'] / 60:.0f} min | {r['steps']} | {r['epochs']} "
+                     f"| {r['target_tokens_per_second']} | {r['bleu']} | {r['chrf']} | {r['ter']} "
+                     f"| {verdict} | {r['date']} |")  # fmt: skip
+    lines += ["", "BLEU per source length (whitespace words of the English source):", ""]
+    buckets = [b["bucket"] for b in results[0]["by_length"]]
+    lines.append("| config | " + " | ".join(f"{b} words" for b in buckets) + " |")
+    lines.append("| --- |" + " ---: |" * len(buckets))
+    for r in results:
+        cells = [f"{b['bleu']} ({b['sentences']})" if b["bleu"] is not None else "-" for b in r["by_length"]]
+        lines.append(f"| {r['config']} | " + " | ".join(cells) + " |")
+    lines += ["", "(sentences per bucket in parentheses)", "", "Signatures, machines and commands:", ""]
+    for r in results:
+        lines.append(f"- {r['config']}: `{r['signature']}`, beam {r['beam']}; {r['machine']}; "
+                     f"`{r['command']}`")  # fmt: skip
+    return "\n".join(lines + [END])
+
+
+def write_report() -> None:
+    text = REPORT.read_text(encoding="utf-8") if REPORT.exists() else "# Benchmarks\n"
+    section = report()
+    if BEGIN in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", nargs="+", default=["transformer", "rnn-bahdanau", "rnn-none"])
+    parser.add_argument("--budget", type=float, default=1800.0, help="training seconds per config")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--run-root", type=Path, default=ROOT / "runs" / "bench")
+    parser.add_argument("--report", action="store_true", help="only rebuild docs/benchmarks.md")
+    args = parser.parse_args()
+    if not args.report:
+        if not CORPUS.is_dir():
+            sys.exit(f"Multi30k not found at {CORPUS} (see ../shared/corpora/README.md)")
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        for name in args.configs:
+            result = run_config(name, args.budget, args.beam, args.run_root)
+            (RESULTS / f"multi30k-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps({k: result[k] for k in ("config", "steps", "bleu", "signature")}))
+            write_report()
+    write_report()
+
+
+if __name__ == "__main__":
+    main()
