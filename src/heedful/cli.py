@@ -189,5 +189,144 @@ def average(model_dirs, output_dir) -> None:
     click.echo(f"averaged {len(model_dirs)} checkpoints into {out}")
 
 
+def _where_options(f):
+    f = click.option("--layer", type=int, default=None, help="Layer (from 1) [default: the last].")(
+        f
+    )
+    f = click.option(
+        "--head", type=int, default=None, help="Head (from 1) [default: mean of heads]."
+    )(f)
+    return f
+
+
+@main.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.argument("sentence")
+@click.option(
+    "--png",
+    "--svg",
+    "--pdf",
+    "picture",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a heatmap (format from the suffix: .png, .svg or .pdf).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the self-contained interactive viewer.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the attention trace as JSON (docs/trace-schema.md).",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["cross", "encoder", "decoder"]),
+    default="cross",
+    show_default=True,
+    help="Which attention the picture shows.",
+)
+@click.option("--grid", is_flag=True, help="All layers × heads in one picture.")
+@click.option("--beam", "num_beams", type=int, default=1, show_default=True)
+@click.option("--n-best", type=int, default=1, show_default=True, help="Hypotheses in the trace.")
+@_where_options
+def attention(
+    model_dir, sentence, picture, html_path, json_path, kind, grid, num_beams, n_best, layer, head
+) -> None:
+    """Translate SENTENCE and show where the model looked."""
+    from heedful.translator import Translator
+    from heedful.visualize.trace import build_trace
+
+    if not (picture or html_path or json_path):
+        raise click.UsageError("give at least one of --png/--svg/--pdf, --html or --json")
+    translator = Translator.load(model_dir)
+    trace = build_trace(translator, sentence, num_beams=num_beams, n_best=max(n_best, 1))
+    click.echo(f"{sentence} -> {trace.hypotheses[0].text}")
+    if json_path:
+        trace.save(json_path)
+        click.echo(f"trace: {json_path}")
+    if picture:
+        from heedful.visualize.heatmap import plot_trace
+
+        plot_trace(trace, picture, kind=kind, layer=layer, head=head, grid=grid)
+        click.echo(f"heatmap: {picture}")
+    if html_path:
+        from pathlib import Path
+
+        from heedful.visualize.html import render_html
+
+        Path(html_path).write_text(render_html(trace), encoding="utf-8")
+        click.echo(f"viewer: {html_path}")
+
+
+@main.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.argument("sentence")
+@click.option(
+    "--kind", type=click.Choice(["cross", "encoder", "decoder"]), default="cross", show_default=True
+)
+@click.option("--layer", type=int, default=None, help="Layer (from 1) [default: the last].")
+@click.option("--head", type=int, default=1, show_default=True, help="Head (from 1).")
+@click.option(
+    "--position",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Query position (from 1): an output step, or a source token for --kind encoder.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the explanation as a web page.",
+)
+def explain(model_dir, sentence, kind, layer, head, position, html_path) -> None:
+    """Print one attention computation with the model's real numbers."""
+    from heedful.translator import Translator
+    from heedful.visualize.explain import explain as run_explain
+
+    result = run_explain(
+        Translator.load(model_dir), sentence, layer=layer, head=head, position=position, kind=kind
+    )
+    click.echo(result.text(), nl=False)
+    if html_path:
+        from pathlib import Path
+
+        Path(html_path).write_text(result.html(), encoding="utf-8")
+        click.echo(f"page: {html_path}")
+
+
+@main.command()
+@click.option("--d-model", default=128, show_default=True)
+@click.option("--length", default=50, show_default=True)
+@click.option("--png", "--svg", "--pdf", "picture", required=True, type=click.Path(dir_okay=False))
+def positional(d_model, length, picture) -> None:
+    """Draw the sinusoidal positional-encoding matrix."""
+    from heedful.visualize.heatmap import plot_positional
+
+    plot_positional(d_model, length, picture)
+    click.echo(f"positional encoding: {picture}")
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--png", "--svg", "--pdf", "picture", required=True, type=click.Path(dir_okay=False))
+def curves(run_dirs, picture) -> None:
+    """Plot loss, validation BLEU and learning rate of one or more runs."""
+    from pathlib import Path
+
+    from heedful.visualize.heatmap import plot_curves
+
+    plot_curves([Path(d) for d in run_dirs], picture)
+    click.echo(f"curves: {picture}")
+
+
 if __name__ == "__main__":
     main()

@@ -127,6 +127,10 @@ class BatchStream:
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
         return bucketed_batches(self.src_lengths, self.tgt_lengths, self.batch_tokens, rng)
 
+    def epochs_done(self) -> int:
+        """Complete passes over the data so far."""
+        return self.epoch + (1 if self.batch >= len(self._order) else 0)
+
     def next(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.batch >= len(self._order):
             self.epoch, self.batch = self.epoch + 1, 0
@@ -195,7 +199,7 @@ def train(
     )
     model.train()
     while p.step < config.max_steps:
-        if config.max_epochs is not None and stream.epoch >= config.max_epochs:
+        if config.max_epochs is not None and stream.epochs_done() >= config.max_epochs:
             stopped_by = "max_epochs"
             break
         # One optimizer step over `accumulate` global batches. Each rank's loss is its share of

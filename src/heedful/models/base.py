@@ -19,11 +19,20 @@ class AttentionMaps:
     cross:   (B, L, H, T, S)  decoder positions over source positions
     encoder: (B, L, H, S, S)  encoder self-attention, or None (RNNs have none)
     decoder: (B, L, H, T, T)  decoder (causal) self-attention, or None
+
+    An RNN also shows what its one attention distribution is made from (None for a Transformer),
+    in Luong et al. 2015's notation, N the hidden size:
+    scores:         (B, 1, 1, T, S)  score(h_t, h̄_s) before the softmax, laid out as `cross`
+    decoder_states: (B, T, N)  h_t, the top decoder layer's state that queries the source
+    contexts:       (B, T, N)  c_t = Σ_s a_t(s) h̄_s
     """
 
     cross: torch.Tensor
     encoder: torch.Tensor | None = None
     decoder: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
+    decoder_states: torch.Tensor | None = None
+    contexts: torch.Tensor | None = None
 
 
 @dataclass

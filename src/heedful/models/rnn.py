@@ -98,6 +98,30 @@ class RNNState:
         return RNNState(tuple(h[:, index] for h in self.hidden), fed)
 
 
+@dataclass
+class DecoderSteps:
+    """What the decoder computed at each of T steps: the parts of its attention, for pictures.
+
+    states (B, T, N) h_t; and, None without attention: weights (B, T, S) a_t, scores (B, T, S)
+    score(h_t, h̄_s) before the softmax, contexts (B, T, N) c_t.
+    """
+
+    states: torch.Tensor
+    weights: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
+    contexts: torch.Tensor | None = None
+
+    @staticmethod
+    def cat(steps: list[DecoderSteps]) -> DecoderSteps:
+        """Join one-step records along T."""
+
+        def join(name: str) -> torch.Tensor | None:
+            parts = [getattr(s, name) for s in steps]
+            return None if parts[0] is None else torch.cat(parts, 1)
+
+        return DecoderSteps(join("states"), join("weights"), join("scores"), join("contexts"))
+
+
 class AttentionDecoder(nn.Module):
     """The decoder; `attention=None` makes it the plain fixed-context-vector decoder."""
 
@@ -133,37 +157,38 @@ class AttentionDecoder(nn.Module):
     def init_hidden(self, final: Hidden) -> Hidden:
         return tuple(torch.tanh(self.bridge(h)) for h in final)
 
-    def attend(self, h: torch.Tensor, memory: RNNMemory):
-        """h (B, T, N) -> attentional h̃ (B, T, N), weights (B, T, S) or None"""
+    def attend(self, h: torch.Tensor, memory: RNNMemory) -> tuple[torch.Tensor, DecoderSteps]:
+        """h (B, T, N) -> attentional h̃ (B, T, N), and h_t with its attention's parts"""
         if self.attention is None:  # no attention: h̃_t = tanh(W_c h_t)
-            return torch.tanh(self.combine(h)), None
+            return torch.tanh(self.combine(h)), DecoderSteps(h)
         scores = self.attention.score(h, memory.keys)  # (B, T, S)
         context, weights = attend(scores, memory.states, memory.mask)  # c_t: (B, T, N)
-        return torch.tanh(self.combine(torch.cat([h, context], dim=-1))), weights
+        attentional = torch.tanh(self.combine(torch.cat([h, context], dim=-1)))
+        return attentional, DecoderSteps(h, weights, scores, context)
 
     def forward(self, tgt_in: torch.Tensor, state: RNNState, memory: RNNMemory):
-        """tgt_in (B, T) -> logits (B, T, V), new state, weights (B, T, S) or None"""
+        """tgt_in (B, T) -> logits (B, T, V), new state, DecoderSteps of the T steps"""
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         hidden = state.hidden if self.cell == "lstm" else state.hidden[0]
         if not self.input_feeding:
             # h_t depends only on earlier words, so the RNN runs over all T at once and the
             # attention of every step is one batched computation.
             h, hidden = self.rnn(emb, hidden)  # (B, T, N)
-            attentional, weights = self.attend(h, memory)
+            attentional, steps = self.attend(h, memory)
             fed = None
         else:  # h̃_{t-1} is an input of step t: a loop over time is unavoidable.
-            fed, outputs, all_weights = state.attentional, [], []
+            fed, outputs, each_step = state.attentional, [], []
             for t in range(emb.size(1)):
                 step_in = torch.cat([emb[:, t : t + 1], fed.unsqueeze(1)], dim=-1)
                 h, hidden = self.rnn(step_in, hidden)  # (B, 1, N)
-                a, w = self.attend(h, memory)
+                a, step = self.attend(h, memory)
                 fed = a[:, 0]
                 outputs.append(a)
-                all_weights.append(w)
-            attentional, weights = torch.cat(outputs, 1), torch.cat(all_weights, 1)
+                each_step.append(step)
+            attentional, steps = torch.cat(outputs, 1), DecoderSteps.cat(each_step)
         hidden = hidden if isinstance(hidden, tuple) else (hidden,)
         logits = self.generator(self.dropout(attentional))  # (B, T, V)
-        return logits, RNNState(hidden, fed), weights
+        return logits, RNNState(hidden, fed), steps
 
 
 class RNNSeq2Seq(nn.Module):
@@ -184,7 +209,7 @@ class RNNSeq2Seq(nn.Module):
         pad_id: int = 0,
     ):
         super().__init__()
-        self.pad_id = pad_id
+        self.pad_id, self.attention_kind = pad_id, attention  # e.g. "bahdanau", "none"
         self.encoder = RNNEncoder(
             src_vocab_size,
             embed_size,
@@ -221,11 +246,21 @@ class RNNSeq2Seq(nn.Module):
     def forward(
         self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
     ) -> Seq2SeqOutput:
+        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V); with need_weights,
+        the attention as layer 1, head 1 (B, 1, 1, T, S) and its parts h_t, scores, c_t.
+        Without attention (rnn-none) there is nothing to return: attention stays None, and
+        h_t is in the third value of `self.decoder(...)`."""
         memory = self.encode(src)
-        logits, _, weights = self.decoder(tgt_in, self.init_state(memory), memory)
-        if not need_weights or weights is None:
+        logits, _, steps = self.decoder(tgt_in, self.init_state(memory), memory)
+        if not need_weights or steps.weights is None:
             return Seq2SeqOutput(logits)
-        return Seq2SeqOutput(logits, AttentionMaps(cross=weights[:, None, None]))  # (B, 1, 1, T, S)
+        maps = AttentionMaps(
+            cross=steps.weights[:, None, None],  # (B, 1, 1, T, S)
+            scores=steps.scores[:, None, None],  # (B, 1, 1, T, S)
+            decoder_states=steps.states,
+            contexts=steps.contexts,
+        )
+        return Seq2SeqOutput(logits, maps)
 
     def decode_step(
         self,
@@ -234,7 +269,8 @@ class RNNSeq2Seq(nn.Module):
         last_tokens: torch.Tensor,
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, RNNState, StepAttention | None]:
-        logits, state, weights = self.decoder(last_tokens.unsqueeze(1), state, memory)
+        logits, state, steps = self.decoder(last_tokens.unsqueeze(1), state, memory)
+        weights = steps.weights  # (B, 1, S) or None
         step = (
             None
             if weights is None or not need_weights

@@ -1,16 +1,136 @@
-"""Static attention pictures: a labelled alignment heatmap (source × target)."""
+"""Static attention pictures: alignment heatmaps of a trace (one head, a layer's mean, or every
+layer × head), the sinusoidal positional encoding, and training curves.
+
+matplotlib is imported inside the functions that draw (it is an optional, slow import), and the
+format is the path's: .png, .svg or .pdf.
+
+Readability with long sentences comes from sizing the figure by its labels, not the other way
+round: a tick label needs LABEL_PITCH × its font size along its axis, so each heatmap cell gets at
+least that much room and neighbouring labels never overlap; fonts shrink (down to a floor) as
+sentences grow, then the figure grows.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from heedful.visualize.trace import Trace
+
+IMAGE_FORMATS = (".png", ".svg", ".pdf")
+KINDS = ("cross", "encoder", "decoder")
+LABEL_PITCH = 1.5  # room per tick label along its axis, in multiples of its font size
+POINT = 1 / 72  # inches
+DPI = 120  # 7-point labels come out 12 pixels tall
+CMAP = "viridis"
 
 
 def _label(token: str) -> str:
     """Make whitespace visible: a space would be an empty tick label."""
     return token.replace(" ", "␣")
+
+
+def _image_path(path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix.lower() not in IMAGE_FORMATS:
+        suffix = path.suffix or "(none)"
+        raise ValueError(
+            f"cannot write {path}: image format {suffix!r} is not supported; "
+            f"use {', '.join(IMAGE_FORMATS)}"
+        )
+    return path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    """Write and close; the tight box takes in every label, however far out it reaches."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    _pyplot().close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizing: fonts and cells from the number of tokens
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Fit:
+    """How one heatmap axis of n tokens is drawn: font (points), cell (inches), tick step."""
+
+    font: float
+    cell: float
+    step: int
+
+
+def _fit(n: int, font: float, min_side: float, max_side: float) -> _Fit:
+    """Give each of n cells room for a label of `font`, within [min_side, max_side] inches;
+    past max_side only every step-th label is shown, so they still do not overlap."""
+    need = font * LABEL_PITCH * POINT
+    cell = min(max(need, min_side / n), max_side / n)
+    return _Fit(font, cell, max(1, math.ceil(need / cell - 1e-9)))
+
+
+def _font_for(n: int, largest: float, smallest: float) -> float:
+    """Full size up to ~30 tokens, then smaller, down to `smallest`."""
+    return float(np.clip(largest * 30 / max(n, 1), smallest, largest))
+
+
+def _ticks(ax, rows: Sequence[str], cols: Sequence[str], fy: _Fit, fx: _Fit, x=True, y=True):
+    """Label rows and columns; source-like labels turn 90° unless they are single characters."""
+    upright = all(len(t) <= 1 for t in cols)
+    ax.set_xticks(range(0, len(cols), fx.step))
+    ax.set_yticks(range(0, len(rows), fy.step))
+    if x:
+        ax.set_xticklabels([_label(t) for t in cols[:: fx.step]], fontsize=fx.font,
+                           rotation=0 if upright else 90)  # fmt: skip
+    else:
+        ax.tick_params(labelbottom=False)
+    if y:
+        ax.set_yticklabels([_label(t) for t in rows[:: fy.step]], fontsize=fy.font)
+    else:
+        ax.tick_params(labelleft=False)
+    ax.tick_params(length=2, pad=1.5)
+
+
+def _heatmap_figure(weights, rows, cols, row_name: str, col_name: str, title: str):
+    """One labelled heatmap, rows × cols, its cells sized so that no two labels overlap."""
+    plt = _pyplot()
+    font = _font_for(max(len(rows), len(cols)), largest=10, smallest=7)
+    fx = _fit(len(cols), font, min_side=2.5, max_side=120)
+    fy = _fit(len(rows), font, min_side=1.5, max_side=120)
+    width, height = fx.cell * len(cols), fy.cell * len(rows)
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes((0, 0, 1, 1))  # the heatmap is the figure; labels lie outside it
+    image = ax.imshow(weights, cmap=CMAP, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    _ticks(ax, rows, cols, fy, fx)
+    ax.set_xlabel(col_name, fontsize=10)
+    ax.set_ylabel(row_name, fontsize=10)
+    chars = max(60, int(width * 72 / (0.6 * 10)))  # what fits across at 10 pt, or 60
+    ax.set_title(_fit_title(title, chars), fontsize=10)
+    bar = fig.add_axes((1 + 0.15 / width, 0, 0.18 / width, 1))
+    fig.colorbar(image, cax=bar, label="attention weight")
+    return fig
+
+
+def _fit_title(title: str, chars: int) -> str:
+    """Each line of a title cut (…) to `chars`: the tick labels already show every token."""
+    return "\n".join(textwrap.shorten(line, chars, placeholder=" …") for line in title.splitlines())
 
 
 def plot_alignment(
@@ -24,34 +144,269 @@ def plot_alignment(
 
     Each row is one output token's attention distribution over the source tokens.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    path = _image_path(path)
     weights = np.asarray(weights, dtype=float)
     if weights.shape != (len(target_tokens), len(source_tokens)):
         raise ValueError(
             f"weights of shape {weights.shape} do not match {len(target_tokens)} target × "
             f"{len(source_tokens)} source tokens"
         )
-    width = min(2.0 + 0.28 * len(source_tokens), 40)
-    height = min(1.5 + 0.28 * len(target_tokens), 40)
-    fig, ax = plt.subplots(figsize=(width, height), dpi=100)
-    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    short = all(len(t) <= 1 for t in source_tokens)  # characters read best upright
-    ax.set_xticks(
-        range(len(source_tokens)), [_label(t) for t in source_tokens], rotation=0 if short else 90
+    fig = _heatmap_figure(weights, target_tokens, source_tokens, "output", "source", title)
+    return _save(fig, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Traces: cross, encoder or decoder attention, one head, a layer's mean or every layer × head
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Maps:
+    """The weights of one kind of attention in a trace, with their labels."""
+
+    weights: np.ndarray  # (L, H, rows, cols)
+    rows: list[str]
+    cols: list[str]
+    row_name: str  # what the rows are: "output" or "source"
+    col_name: str
+    stack: str  # whose layers: "decoder" or "encoder"
+    name: str  # "cross attention", ...
+
+
+def _trace_maps(trace: Trace, kind: str, hypothesis: int) -> _Maps:
+    if kind not in KINDS:
+        raise ValueError(f"unknown attention kind {kind!r}: choose one of {', '.join(KINDS)}")
+    count = len(trace.hypotheses)
+    if not 0 <= hypothesis < count:
+        raise ValueError(
+            f"hypothesis {hypothesis} out of range: the trace has {count} (numbered from 0)"
+        )
+    hyp, model = trace.hypotheses[hypothesis], trace.model
+    src, out = list(trace.source_tokens), list(hyp.tokens)
+    if kind == "cross":
+        if hyp.cross_attention is None:
+            raise ValueError(
+                f"this {model['arch']} model has no attention (attention: "
+                f"{model['attention']!r}), so no cross attention: its decoder sees the source "
+                "only through the encoder's final state"
+            )
+        weights = np.asarray(hyp.cross_attention, dtype=float).transpose(1, 2, 0, 3)  # L H T S
+        return _Maps(weights, out, src, "output", "source", "decoder", "cross attention")
+    own = trace.encoder_self_attention if kind == "encoder" else hyp.decoder_self_attention
+    if own is None:
+        raise ValueError(
+            f"an RNN model has no {kind} self-attention (only a Transformer's layers attend to "
+            "their own sequence); use kind='cross'"
+        )
+    weights = np.asarray(own, dtype=float)  # (L, H, S, S) or (L, H, T, T)
+    if kind == "encoder":
+        return _Maps(weights, src, src, "source (query)", "source (key)", "encoder",
+                     "encoder self-attention")  # fmt: skip
+    return _Maps(weights, out, out, "output (query)", "output (key)", "decoder",
+                 "decoder self-attention")  # fmt: skip
+
+
+def _check_index(what: str, index: int, count: int, noun: str) -> None:
+    """1-based `index` of `count`; noun names them in the message ("decoder layer", "head")."""
+    if not 1 <= index <= count:
+        plural = "" if count == 1 else "s"
+        hint = " (numbered from 1)" if index < 1 else ""
+        raise ValueError(f"{what} {index} out of range: the model has {count} {noun}{plural}{hint}")
+
+
+def _trace_title(trace: Trace, hypothesis: int) -> str:
+    hyp = trace.hypotheses[hypothesis]
+    which = "" if hypothesis == 0 else f" (hypothesis {hypothesis})"
+    return f"source: {trace.source!r}\noutput{which}: {hyp.text!r}"
+
+
+def _trace_figure(trace, kind="cross", layer=None, head=None, grid=False, hypothesis=0):
+    """The figure plot_trace saves (tests measure its labels)."""
+    maps = _trace_maps(trace, kind, hypothesis)
+    num_layers, num_heads = maps.weights.shape[:2]
+    if layer is not None:
+        _check_index("layer", layer, num_layers, f"{maps.stack} layer")
+    if head is not None:
+        _check_index("head", head, num_heads, "head")
+    if grid:
+        if head is not None:
+            raise ValueError("grid=True draws every head; leave head unset (or drop grid)")
+        layers = range(1, num_layers + 1) if layer is None else [layer]
+        return _grid_figure(maps, list(layers), _trace_title(trace, hypothesis))
+    layer = num_layers if layer is None else layer
+    per_layer = maps.weights[layer - 1]  # (H, rows, cols)
+    if head is None:
+        weights = per_layer.mean(axis=0)
+        which = "" if num_heads == 1 else f", mean of {num_heads} heads"
+    else:
+        weights, which = per_layer[head - 1], f", head {head} of {num_heads}"
+    where = f"layer {layer} of {num_layers}{which}" if num_layers * num_heads > 1 else ""
+    title = f"{_trace_title(trace, hypothesis)}\n{maps.name}" + (f", {where}" if where else "")
+    return _heatmap_figure(weights, maps.rows, maps.cols, maps.row_name, maps.col_name, title)
+
+
+def _grid_figure(maps: _Maps, layers: list[int], title: str):
+    """Layers down, heads across, one shared colour scale; labels only on the outer panels."""
+    plt = _pyplot()
+    rows, cols, num_heads = maps.rows, maps.cols, maps.weights.shape[1]
+    font = _font_for(max(len(rows), len(cols)), largest=8, smallest=5)
+    # Each panel gets at most its share of a ~60-inch figure; past that, labels thin out.
+    fx = _fit(len(cols), font, min_side=1.6, max_side=max(1.6, 60 / num_heads))
+    fy = _fit(len(rows), font, min_side=1.2, max_side=max(1.2, 60 / len(layers)))
+    panel_w, panel_h, gap = fx.cell * len(cols), fy.cell * len(rows), 0.12
+    width = num_heads * panel_w + (num_heads - 1) * gap
+    height = len(layers) * panel_h + (len(layers) - 1) * gap
+    fig = plt.figure(figsize=(width, height))
+    for r, layer in enumerate(layers):
+        for h in range(num_heads):
+            left, bottom = h * (panel_w + gap), (len(layers) - 1 - r) * (panel_h + gap)
+            ax = fig.add_axes((left / width, bottom / height, panel_w / width, panel_h / height))
+            image = ax.imshow(maps.weights[layer - 1, h], cmap=CMAP, vmin=0, vmax=1,
+                              aspect="auto", interpolation="nearest")  # fmt: skip
+            _ticks(ax, rows, cols, fy, fx, x=r == len(layers) - 1, y=h == 0)
+            if r == 0:
+                ax.set_title(f"head {h + 1}", fontsize=9)
+            if h == 0:
+                ax.set_ylabel(f"layer {layer}", fontsize=9)
+    bar_height = min(1.0, 4 / height)  # a tall grid gets a colour bar of readable length
+    bar = fig.add_axes((1 + 0.15 / width, (1 - bar_height) / 2, 0.18 / width, bar_height))
+    fig.colorbar(image, cax=bar, label="attention weight")
+    heading = f"{title}\n{maps.name}: rows {maps.row_name}, columns {maps.col_name}"
+    chars = max(60, int(width * 72 / (0.6 * 10)))
+    fig.suptitle(_fit_title(heading, chars), fontsize=10, y=1 + 0.45 / height, va="bottom")
+    return fig
+
+
+def plot_trace(
+    trace: Trace,
+    path: str | Path,
+    kind: str = "cross",
+    layer: int | None = None,
+    head: int | None = None,
+    grid: bool = False,
+    hypothesis: int = 0,
+) -> Path:
+    """Save a heatmap of a trace's attention to `path` (.png, .svg or .pdf).
+
+    kind: "cross" (output × source), "encoder" (source × source) or "decoder" (output × output,
+        causal) self-attention; RNNs have only cross attention, rnn-none has none.
+    layer, head: 1-based. layer=None is the last layer; head=None averages the layer's heads.
+    grid: draw every layer × head (only `layer`'s heads when layer is given), one colour scale.
+    hypothesis: which of the trace's outputs (0 = the best).
+    Raises ValueError for an unknown suffix or kind, a layer or head out of range, or attention
+    the model does not have.
+    """
+    path = _image_path(path)
+    return _save(_trace_figure(trace, kind, layer, head, grid, hypothesis), path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Positional encoding and training curves
+# ---------------------------------------------------------------------------------------------
+
+
+def plot_positional(d_model: int, length: int, path: str | Path) -> Path:
+    """Save the sinusoidal encoding PE (positions × dimensions) of Vaswani et al. 2017, §3.5.
+
+    Low dimensions oscillate fast along the positions, high ones slowly: each pair (sin, cos) is
+    one wavelength, from 2π up to 10000·2π.
+    """
+    from heedful.positional import sinusoidal_encoding
+
+    path = _image_path(path)
+    if d_model < 1 or length < 1:
+        raise ValueError(f"need d_model >= 1 and length >= 1, got {d_model} and {length}")
+    pe = sinusoidal_encoding(length, d_model).numpy()  # (length, d_model)
+    plt = _pyplot()
+    width = float(np.clip(3 + d_model * 0.03, 5, 16))
+    height = float(np.clip(2 + length * 0.05, 3.5, 12))
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    image = ax.imshow(pe, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_xlabel("dimension i")
+    ax.set_ylabel("position pos")
+    ax.set_title(
+        f"sinusoidal positional encoding, d_model = {d_model}\n"
+        "PE[pos, 2i] = sin(pos / 10000^(2i/d)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d))",
+        fontsize=10,
     )
-    ax.set_yticks(range(len(target_tokens)), [_label(t) for t in target_tokens])
-    ax.set_xlabel("source")
-    ax.set_ylabel("output")
-    if title:
+    fig.colorbar(image, ax=ax, label="PE value", shrink=0.9)
+    return _save(fig, path)
+
+
+def _read_metrics(run_dir: Path) -> list[dict]:
+    """The records of RUN_DIR/metrics.jsonl (or of that file itself). A killed run may leave
+    a cut-off last line: it is skipped; a broken line before it is an error."""
+    path = run_dir if run_dir.suffix == ".jsonl" else run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise ValueError(f"{path}: no metrics file (is {run_dir} a `heedful train` run directory?)")
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if number == len(lines):
+                break  # the truncated last line of a killed run
+            raise ValueError(f"{path}, line {number}: not JSON ({e})") from e
+    if not records:
+        raise ValueError(f"{path}: no metrics recorded (empty file)")
+    return records
+
+
+def _series(records: list[dict], key: str, validation: bool) -> tuple[list, list]:
+    """(steps, values) of `key`, last record per step winning (a resumed run repeats steps)."""
+    by_step = {}
+    for r in records:
+        if (r.get("event") == "validation") == validation and key in r and "step" in r:
+            by_step[r["step"]] = r[key]
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+CURVES = (  # (title, key, from validation records)
+    ("training loss", "train_loss", False),
+    ("validation loss", "loss", True),
+    ("validation BLEU", "bleu", True),
+    ("learning rate", "lr", False),
+)
+
+
+def plot_curves(run_dirs: Sequence[str | Path], path: str | Path) -> Path:
+    """Save training loss, validation loss, validation BLEU and learning rate against step,
+    one line per run, from each run directory's metrics.jsonl.
+
+    Raises ValueError naming the file when a run has no metrics (missing or empty file).
+    """
+    path = _image_path(path)
+    if not run_dirs:
+        raise ValueError("no run directories given")
+    runs = [(Path(d), _read_metrics(Path(d))) for d in run_dirs]
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), layout="constrained", sharex=True)
+    names = _run_names([d for d, _ in runs])
+    for ax, (title, key, validation) in zip(axes.flat, CURVES):
+        drawn = False
+        for i, (_, records) in enumerate(runs):
+            steps, values = _series(records, key, validation)
+            if steps:
+                ax.plot(steps, values, color=f"C{i % 10}", marker="o" if validation else None,
+                        markersize=3, linewidth=1.2)  # fmt: skip
+                drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(title)
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="attention weight")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+        ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    axes[1][1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=f"C{i % 10}") for i in range(len(runs))]
+    fig.legend(handles, names, loc="outside lower center", ncols=min(len(runs), 4))
+    return _save(fig, path)
+
+
+def _run_names(dirs: list[Path]) -> list[str]:
+    """Run directories by their names, or their full paths where two names collide."""
+    names = [d.name if d.suffix != ".jsonl" else d.parent.name for d in dirs]
+    return [n if names.count(n) == 1 else str(d) for n, d in zip(names, dirs)]

@@ -1,0 +1,224 @@
+"""Static pictures: files in each format, labels that never overlap, and clear refusals."""
+
+import itertools
+import json
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from heedful.checkpoint import GenerationConfig
+from heedful.config import ModelConfig
+from heedful.data.tokenizers import BOS_ID, PAD_ID, UNK_ID, CharTokenizer
+from heedful.models.build import build_model
+from heedful.translator import Translator
+from heedful.visualize.heatmap import (
+    _trace_figure,
+    plot_alignment,
+    plot_curves,
+    plot_positional,
+    plot_trace,
+)
+from heedful.visualize.trace import Trace, TraceHypothesis, build_trace
+
+PNG = b"\x89PNG\r\n\x1a\n"
+TOKENIZER = CharTokenizer("abcdefghij -")
+MODELS = {
+    "transformer": ModelConfig(
+        d_model=16, num_heads=2, encoder_layers=2, decoder_layers=3, d_ff=32, dropout=0.0
+    ),
+    "rnn-bahdanau": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0),
+    "rnn-none": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0, attention="none"),
+}
+
+
+def model_trace(name: str, sentence: str = "abc defg") -> Trace:
+    torch.manual_seed(0)
+    model = build_model(MODELS[name], len(TOKENIZER), len(TOKENIZER))
+    generator = model.generator if name == "transformer" else model.decoder.generator
+    with torch.no_grad():  # letters for outputs, not special tokens
+        generator.bias[[PAD_ID, BOS_ID, UNK_ID]] -= 10.0
+    generation = GenerationConfig(num_beams=1, max_len_ratio=0, max_len_offset=6)
+    return build_trace(Translator(model, TOKENIZER, TOKENIZER, generation), sentence)
+
+
+def synthetic_trace(s: int, t: int, layers: int = 2, heads: int = 2, word="▁word") -> Trace:
+    """A Transformer-shaped trace of random distributions over s source and t output tokens."""
+    rng = np.random.default_rng(0)
+
+    def dist(*shape):
+        x = rng.random(shape)
+        return (x / x.sum(-1, keepdims=True)).tolist()
+
+    src = [f"{word}{i}" for i in range(s)]
+    out = [f"{word}{i}" for i in range(t - 1)] + ["</s>"]
+    hyp = TraceHypothesis(
+        " ".join(out), out, -1.0, True, dist(t, layers, heads, s), dist(layers, heads, t, t),
+        [[{"token": "x", "prob": 1.0}]] * t, None,
+    )  # fmt: skip
+    model = {"arch": "transformer", "attention": "multi-head", "encoder_layers": layers,
+             "decoder_layers": layers, "heads": heads}  # fmt: skip
+    search = {"num_beams": 1, "length_penalty": 1.0}
+    return Trace(model, " ".join(src), src, search, dist(layers, heads, s, s), [hyp])
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG
+    return struct.unpack(">II", data[16:24])  # IHDR width, height
+
+
+@pytest.mark.parametrize("suffix, magic", [(".png", PNG), (".svg", b"<svg"), (".pdf", b"%PDF")])
+def test_each_format_is_written(tmp_path, suffix, magic):
+    path = plot_trace(model_trace("transformer"), tmp_path / "out" / f"cross{suffix}")
+    data = path.read_bytes()
+    assert magic in data[:400]
+
+
+def test_every_kind_layer_head_and_grid(tmp_path):
+    trace = model_trace("transformer")
+    calls = [
+        {},
+        {"layer": 1, "head": 2},
+        {"layer": 2},  # mean of the heads
+        {"grid": True},
+        {"grid": True, "layer": 3},
+        {"kind": "encoder", "layer": 2, "head": 1},
+        {"kind": "encoder", "grid": True},
+        {"kind": "decoder"},
+        {"kind": "decoder", "grid": True},
+    ]
+    for i, kwargs in enumerate(calls):
+        png_size(plot_trace(trace, tmp_path / f"{i}.png", **kwargs))
+    png_size(plot_trace(model_trace("rnn-bahdanau"), tmp_path / "rnn.png"))
+    png_size(plot_trace(model_trace("rnn-bahdanau"), tmp_path / "rnn-grid.png", grid=True))
+
+
+def test_grid_is_bigger_than_one_head(tmp_path):
+    trace = synthetic_trace(8, 6, layers=3, heads=4)
+    one = png_size(plot_trace(trace, tmp_path / "one.png", layer=1, head=1))
+    grid = png_size(plot_trace(trace, tmp_path / "grid.png", grid=True))
+    assert grid[0] > one[0] and grid[1] > one[1]
+
+
+def test_image_grows_with_the_number_of_tokens(tmp_path):
+    sizes = [
+        png_size(plot_trace(synthetic_trace(n, n), tmp_path / f"{n}.png")) for n in (5, 30, 90)
+    ]
+    for (w1, h1), (w2, h2) in itertools.pairwise(sizes):
+        assert w2 > w1 and h2 > h1
+
+
+def _overlaps(boxes) -> list:
+    return [(a, b) for a, b in itertools.pairwise(boxes) if a.overlaps(b)]
+
+
+@pytest.mark.parametrize("n, grid", [(12, False), (120, False), (40, True), (90, True)])
+def test_tick_labels_never_overlap(n, grid):
+    """Long sentences of long tokens: neighbouring labels (source labels turned 90°) are apart,
+    also in a wide grid, where only every other label fits (90 tokens, 8 heads)."""
+    trace = synthetic_trace(n, n, layers=2, heads=8, word="▁international")
+    fig = _trace_figure(trace, grid=grid, layer=1 if grid else None)
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes[:-1]:  # the last axes is the colour bar
+        for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+            shown = [t for t in labels if t.get_text() and t.get_visible()]
+            assert not _overlaps([t.get_window_extent(renderer) for t in shown])
+    source_labels = fig.axes[-2].get_xticklabels()  # bottom-right panel: source labels
+    assert source_labels and all(t.get_rotation() == 90 for t in source_labels)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_single_characters_stay_upright():
+    fig = _trace_figure(model_trace("transformer"))
+    assert {t.get_rotation() for t in fig.axes[0].get_xticklabels()} == {0.0}
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_refusals_name_what_is_wrong(tmp_path):
+    transformer, rnn, rnn_none = (model_trace(n) for n in MODELS)
+    cases = [
+        (transformer, {"layer": 7}, "layer 7 out of range: the model has 3 decoder layers"),
+        (transformer, {"layer": 0}, r"layer 0 out of range: .* \(numbered from 1\)"),
+        (transformer, {"kind": "encoder", "layer": 3}, "the model has 2 encoder layers"),
+        (transformer, {"head": 3}, "head 3 out of range: the model has 2 heads"),
+        (transformer, {"kind": "self"}, "unknown attention kind 'self'"),
+        (transformer, {"grid": True, "head": 1}, "grid=True draws every head"),
+        (transformer, {"hypothesis": 1}, "hypothesis 1 out of range: the trace has 1"),
+        (rnn, {"layer": 2}, "layer 2 out of range: the model has 1 decoder layer$"),
+        (rnn, {"kind": "encoder"}, "RNN model has no encoder self-attention"),
+        (rnn, {"kind": "decoder"}, "RNN model has no decoder self-attention"),
+        (rnn_none, {}, "no attention .*'none'.*no cross attention"),
+    ]
+    for trace, kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            plot_trace(trace, tmp_path / "x.png", **kwargs)
+    for name in ("x.jpg", "x", "x.PNG.txt"):
+        with pytest.raises(ValueError, match="image format .* is not supported"):
+            plot_trace(transformer, tmp_path / name)
+    assert not list(tmp_path.iterdir())  # nothing written on a refusal
+
+
+def test_plot_alignment_still_draws_one_matrix(tmp_path):
+    path = plot_alignment(np.full((2, 3), 1 / 3), list("abc"), ["x", "</s>"], tmp_path / "a.png")
+    png_size(path)
+    with pytest.raises(ValueError, match="do not match"):
+        plot_alignment(np.ones((2, 2)), list("abc"), ["x", "</s>"], tmp_path / "b.png")
+
+
+def test_positional_encoding_picture(tmp_path):
+    small = png_size(plot_positional(16, 10, tmp_path / "pe-small.png"))
+    big = png_size(plot_positional(128, 100, tmp_path / "pe-big.png"))
+    assert big[0] > small[0] and big[1] > small[1]
+    assert b"<svg" in plot_positional(32, 20, tmp_path / "pe.svg").read_bytes()[:400]
+    with pytest.raises(ValueError, match="'.gif' is not supported"):
+        plot_positional(16, 10, tmp_path / "pe.gif")
+    with pytest.raises(ValueError, match="length >= 1"):
+        plot_positional(16, 0, tmp_path / "pe.png")
+
+
+def write_metrics(run_dir, records, tail: str = ""):
+    run_dir.mkdir(parents=True)
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    (run_dir / "metrics.jsonl").write_text(lines + tail, encoding="utf-8")
+    return run_dir
+
+
+def training_records(steps, scale=1.0):
+    for step in steps:
+        yield {"step": step, "train_loss": scale * 5 / step, "lr": 1e-3 * min(1, step / 30)}
+        if step % 20 == 0:
+            yield {"event": "validation", "step": step, "loss": scale * 6 / step,
+                   "bleu": 2.0 * step ** 0.5, "chrf": 10.0}  # fmt: skip
+
+
+def test_training_curves_of_several_runs(tmp_path):
+    a = write_metrics(tmp_path / "transformer", training_records(range(10, 101, 10)))
+    killed = write_metrics(
+        tmp_path / "rnn-bahdanau",
+        training_records(range(10, 61, 10), 1.5),
+        tail='{"step": 70, "train_lo',  # SIGKILL mid-write
+    )
+    no_validation = write_metrics(tmp_path / "short", training_records([5, 15]))
+    png_size(plot_curves([a, killed, no_validation], tmp_path / "curves.png"))
+    assert b"%PDF" in plot_curves([a], tmp_path / "curves.pdf").read_bytes()[:100]
+
+
+def test_training_curves_refuse_runs_without_metrics(tmp_path):
+    good = write_metrics(tmp_path / "good", training_records([10, 20]))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"empty[/\\]metrics.jsonl: no metrics file"):
+        plot_curves([good, tmp_path / "empty"], tmp_path / "c.png")
+    (tmp_path / "empty" / "metrics.jsonl").write_text("\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"empty[/\\]metrics.jsonl: no metrics recorded"):
+        plot_curves([tmp_path / "empty"], tmp_path / "c.png")
+    broken = write_metrics(tmp_path / "broken", [], tail='{"step": 1\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl, line 1: not JSON"):
+        plot_curves([broken], tmp_path / "c.png")
+    with pytest.raises(ValueError, match="'.txt' is not supported"):
+        plot_curves([good], tmp_path / "c.txt")
