@@ -17,7 +17,8 @@ def test_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():
 
 def data(n=40):
     g = torch.Generator().manual_seed(0)
-    src = [torch.randint(4, 12, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
+    lengths = torch.randint(2, 9, (n,), generator=g).tolist()
+    src = [torch.randint(4, 12, (length,), generator=g).tolist() for length in lengths]
     return src, [list(reversed(s)) for s in src]
 
 
@@ -37,8 +38,14 @@ def test_batch_stream_resumes_at_any_position():
 
 def test_max_epochs_stops_after_exactly_one_pass():
     src, tgt = data()
-    model = build_model(ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32), 12, 12)
+    config = ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32)
+    model = build_model(config, 12, 12)
     per_epoch = len(BatchStream(src, tgt, 60, seed=1)._order)
-    result = train(model, src, tgt, TrainConfig(batch_tokens=60, max_epochs=1, max_steps=1000, seed=1),
-                   progress=False)
+    result = train(
+        model,
+        src,
+        tgt,
+        TrainConfig(batch_tokens=60, max_epochs=1, max_steps=1000, seed=1),
+        progress=False,
+    )
     assert result.stopped_by == "max_epochs" and result.steps == per_epoch

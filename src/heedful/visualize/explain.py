@@ -188,14 +188,15 @@ def _explain_transformer(
         "decoder": "decoder self-attention",
     }[kind]
     heading = f"{name}, layer {li + 1}, head {hi + 1}, query {qi + 1} ({queries[qi]!r})"
-    scale = model.src_embed.scale
+    scale, d_model = model.src_embed.scale, model.src_embed.tokens.embedding_dim
+    inputs = source_tokens if kind == "encoder" else ["<s>", *output_tokens[:-1]]
     sections = [
         Section(
             "1. Embeddings + positional encoding",
             [
-                f"input tokens: {len(token_ids[0])}; x = embedding · √d_model (√{model.src_embed.tokens.embedding_dim}"
-                f" = {scale:.2f}) + PE, shape {tuple(embedded.shape[1:])}",
-                f"x[{qi + 1}] ({queries[qi] if kind != 'encoder' or qi < len(queries) else ''!r}) = {_vec(embedded[0, min(qi, embedded.size(1) - 1)])}",
+                f"{len(token_ids[0])} input tokens; x = embedding · √d_model "
+                f"(√{d_model} = {scale:.2f}) + PE, shape {tuple(embedded.shape[1:])}",
+                f"x[{qi + 1}] ({inputs[qi]!r}) = {_vec(embedded[0, qi])}",
             ],
         ),
         Section(
@@ -215,7 +216,7 @@ def _explain_transformer(
         ),
         Section("3. Scores q·kᵀ", _row([repr(t) for t in keys], raw)),
         Section(
-            f"4. Scaled by √d_k = √{d_k} = {math.sqrt(d_k):.3f} (keeps the softmax from saturating)",
+            f"4. Scaled by √d_k = √{d_k} = {math.sqrt(d_k):.3f} (so the softmax does not saturate)",
             _row([repr(t) for t in keys], scaled),
         ),
         Section(
@@ -229,8 +230,8 @@ def _explain_transformer(
             "6. Weighted sum of V → this head's output",
             [
                 f"Σ_j weight_j · v_j = {_vec(context)}  (shape {tuple(context.shape)})",
-                f"the {mha.num_heads} heads' outputs are concatenated and mixed by W_O into the layer's "
-                f"{mha.d_model}-wide output",
+                f"the {mha.num_heads} heads' outputs are concatenated and mixed by W_O into "
+                f"the layer's {mha.d_model}-wide output",
             ],
         ),
     ]
@@ -253,8 +254,9 @@ def _explain_rnn(translator, src, tgt_in, source_tokens, output_tokens, position
     context = maps.contexts[0, ti]  # (N,)
     states = memory.states[0]  # (S, N)
     combined = torch.cat([h_t, context])
-    attentional = torch.tanh(decoder.combine(combined))
-    probs = decoder.generator(attentional).softmax(-1)
+    with torch.no_grad():
+        attentional = torch.tanh(decoder.combine(combined))  # h̃_t = tanh(W_c [h_t; c_t])
+        probs = decoder.generator(attentional).softmax(-1)
     best = probs.topk(min(top, probs.numel()))
     tgt = translator.tgt_tokenizer
     kind = model_attention_name(decoder.attention)
