@@ -26,6 +26,7 @@ def test_demo_smoke(tmp_path, model_name):
         assert "no attention" in result.heatmap.read_text()
     else:
         assert result.heatmap.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (result.model_dir / "model.safetensors").exists()
     text = "\n".join(lines)
     assert "exact match on 50 held-out dates" in text and str(result.heatmap) in text
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from heedful.checkpoint import GenerationConfig
+from heedful.checkpoint import GenerationConfig, save_model_dir
 from heedful.config import ModelConfig, TrainConfig
 from heedful.data.tasks import dates_task
 from heedful.data.tokenizers import CharTokenizer
@@ -64,6 +64,7 @@ class DemoResult:
     train_seconds: float
     heatmap: Path
     examples: list[tuple[str, str, str]]  # (source, output, reference)
+    model_dir: Path | None = None  # the trained model, for `heedful attention` / `explain`
 
 
 def run_demo(
@@ -137,7 +138,22 @@ def run_demo(
 
     heatmap = _draw(translator, _showcase_source(task.test), Path(out_dir), model_name)
     echo(f"attention heatmap: {heatmap}")
-    return DemoResult(model_name, accuracy, result.steps, result.seconds, heatmap, examples)
+    model_dir = save_model_dir(
+        Path(out_dir) / f"model-{model_name}",
+        model,
+        DEMO_MODELS[model_name],
+        src_tok,
+        tgt_tok,
+        search,
+        ("dates", "iso"),
+    )
+    echo(
+        f'model: {model_dir}  (try: heedful attention {model_dir} "{examples[0][0]}" '
+        f"--html viewer.html)"
+    )
+    return DemoResult(
+        model_name, accuracy, result.steps, result.seconds, heatmap, examples, model_dir
+    )
 
 
 def _showcase_source(test_pairs) -> str:
