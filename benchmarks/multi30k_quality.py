@@ -40,15 +40,28 @@ def machine() -> str:
         pass
     import torch
 
-    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads), Python {platform.python_version()}")  # fmt: skip
+    return (
+        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), Python {platform.python_version()}"
+    )
 
 
 def run_config(name: str, budget: float, beam: int, run_root: Path) -> dict:
     config = ROOT / "configs" / "multi30k" / f"{name}.yaml"
     run_dir = run_root / name
-    command = [sys.executable, "-m", "heedful", "train", str(config), "--run-dir", str(run_dir),
-               "--force", "--no-progress", "--set", f"train.max_time={budget}"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "heedful",
+        "train",
+        str(config),
+        "--run-dir",
+        str(run_dir),
+        "--force",
+        "--no-progress",
+        "--set",
+        f"train.max_time={budget}",
+    ]
     start = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True)
     train_wall = time.perf_counter() - start
@@ -74,7 +87,9 @@ def run_config(name: str, budget: float, beam: int, run_root: Path) -> dict:
         "train_wall_seconds": round(train_wall, 1),
         "steps": train_records[-1]["step"] if train_records else 0,
         "epochs": train_records[-1]["epoch"] if train_records else 0,
-        "target_tokens_per_second": round(train_records[-1]["tokens_per_s"]) if train_records else 0,
+        "target_tokens_per_second": round(train_records[-1]["tokens_per_s"])
+        if train_records
+        else 0,
         "best_checkpoint": (run_dir / "best").resolve().name,
         "beam": beam,
         "bleu": round(scores.bleu, 2),
@@ -83,10 +98,14 @@ def run_config(name: str, budget: float, beam: int, run_root: Path) -> dict:
         "signature": scores.signatures["bleu"],
         "translate_seconds": round(translate_seconds, 1),
         "by_length": [
-            {"bucket": b.label, "sentences": b.sentences, "bleu": None if b.bleu is None else round(b.bleu, 2)}
+            {
+                "bucket": b.label,
+                "sentences": b.sentences,
+                "bleu": None if b.bleu is None else round(b.bleu, 2),
+            }
             for b in bleu_by_length(sources, outputs, references)
         ],
-    }  # fmt: skip
+    }
 
 
 TARGETS = {"transformer": 32.0, "rnn-bahdanau": 26.0}
@@ -96,7 +115,9 @@ def report() -> str:
     results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("multi30k-*.json"))]
     lines = [BEGIN, "## Multi30k quality in a fixed wall-clock budget", ""]
     if not results:
-        return "\n".join(lines + ["No results yet: run `python benchmarks/multi30k_quality.py`.", END])
+        return "\n".join(
+            lines + ["No results yet: run `python benchmarks/multi30k_quality.py`.", END]
+        )
     lines += [
         "Each config in `configs/multi30k/` trained for a fixed wall-clock budget (validation "
         "included), best checkpoint by validation BLEU, scored on `test2016` (1,000 sentences) "
@@ -107,22 +128,68 @@ def report() -> str:
     ]
     for r in results:
         target = TARGETS.get(r["config"])
-        verdict = "-" if target is None else f">= {target}: {'met' if r['bleu'] >= target else 'NOT met'}"
-        lines.append(f"| {r['config']} | {r['budget_seconds'] / 60:.0f} min | {r['steps']} | {r['epochs']} "
-                     f"| {r['target_tokens_per_second']} | {r['bleu']} | {r['chrf']} | {r['ter']} "
-                     f"| {verdict} | {r['date']} |")  # fmt: skip
+        verdict = (
+            "-" if target is None else f">= {target}: {'met' if r['bleu'] >= target else 'NOT met'}"
+        )
+        lines.append(
+            f"| {r['config']} | {r['budget_seconds'] / 60:.0f} min | {r['steps']} | {r['epochs']} "
+            f"| {r['target_tokens_per_second']} | {r['bleu']} | {r['chrf']} | {r['ter']} "
+            f"| {verdict} | {r['date']} |"
+        )
     lines += ["", "BLEU per source length (whitespace words of the English source):", ""]
     buckets = [b["bucket"] for b in results[0]["by_length"]]
     lines.append("| config | " + " | ".join(f"{b} words" for b in buckets) + " |")
     lines.append("| --- |" + " ---: |" * len(buckets))
     for r in results:
-        cells = [f"{b['bleu']} ({b['sentences']})" if b["bleu"] is not None else "-" for b in r["by_length"]]
+        cells = [
+            f"{b['bleu']} ({b['sentences']})" if b["bleu"] is not None else "-"
+            for b in r["by_length"]
+        ]
         lines.append(f"| {r['config']} | " + " | ".join(cells) + " |")
-    lines += ["", "(sentences per bucket in parentheses)", "", "Signatures, machines and commands:", ""]
+    lines += [
+        "",
+        "(sentences per bucket in parentheses)",
+        "",
+        "Signatures, machines and commands:",
+        "",
+    ]
     for r in results:
-        lines.append(f"- {r['config']}: `{r['signature']}`, beam {r['beam']}; {r['machine']}; "
-                     f"`{r['command']}`")  # fmt: skip
+        lines.append(
+            f"- {r['config']}: `{r['signature']}`, beam {r['beam']}; {r['machine']}; "
+            f"`{r['command']}`"
+        )
     return "\n".join(lines + [END])
+
+
+def plot_buckets(path: Path = ROOT / "docs" / "img" / "bottleneck.png") -> Path | None:
+    """Grouped bars: test BLEU per source-length bucket, one colour per config."""
+    results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("multi30k-*.json"))]
+    if not results:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    buckets = [b["bucket"] for b in results[0]["by_length"]]
+    width = 0.8 / len(results)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for i, r in enumerate(results):
+        values = [b["bleu"] or 0.0 for b in r["by_length"]]
+        xs = [j + (i - (len(results) - 1) / 2) * width for j in range(len(buckets))]
+        ax.bar(xs, values, width, label=f"{r['config']} ({r['bleu']} overall)")
+    counts = [b["sentences"] for b in results[0]["by_length"]]
+    ax.set_xticks(
+        range(len(buckets)), [f"{b} words\n({n} sentences)" for b, n in zip(buckets, counts)]
+    )
+    ax.set_ylabel("test2016 BLEU")
+    ax.set_title("BLEU by source length: Multi30k En→De, 30 min on 2 CPU cores")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def write_report() -> None:
@@ -138,7 +205,9 @@ def write_report() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--configs", nargs="+", default=["transformer", "rnn-bahdanau", "rnn-none"])
     parser.add_argument("--budget", type=float, default=1800.0, help="training seconds per config")
     parser.add_argument("--beam", type=int, default=5)
@@ -155,6 +224,7 @@ def main() -> None:
             print(json.dumps({k: result[k] for k in ("config", "steps", "bleu", "signature")}))
             write_report()
     write_report()
+    plot_buckets()
 
 
 if __name__ == "__main__":
