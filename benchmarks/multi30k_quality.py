@@ -82,7 +82,7 @@ def run_config(name: str, budget: float, beam: int, run_root: Path) -> dict:
         "config": name,
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
-        "command": " ".join(["python", "-m", "heedful", *command[3:]]),
+        "command": " ".join(["python", "-m", "heedful", *command[3:]]).replace(f"{ROOT}/", ""),
         "budget_seconds": budget,
         "train_wall_seconds": round(train_wall, 1),
         "steps": train_records[-1]["step"] if train_records else 0,

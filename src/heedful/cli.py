@@ -328,5 +328,45 @@ def curves(run_dirs, picture) -> None:
     click.echo(f"curves: {picture}")
 
 
+def _limit_options(f):
+    """One flag per field of heedful.server.ServerLimits: --max-chars, --request-timeout, ..."""
+    from dataclasses import fields
+
+    from heedful.server import ServerLimits
+
+    for spec in reversed(fields(ServerLimits)):
+        flag = "--" + spec.name.replace("_", "-")
+        kind = type(spec.default)
+        f = click.option(
+            flag,
+            spec.name,
+            type=kind,
+            default=spec.default,
+            show_default=True,
+            help=spec.metadata["help"],
+        )(f)
+    return f
+
+
+@main.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, help="Port to listen on.")
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
+@click.option("--access-log/--no-access-log", default=False, help="Log every request.")
+@_limit_options
+def serve(model_dir, host, port, log_level, access_log, **limits) -> None:
+    """Serve MODEL_DIR over HTTP: LibreTranslate's POST /translate, /languages, a web page at /."""
+    from heedful.server import ServerLimits
+    from heedful.server import serve as run_server
+
+    run_server(model_dir, host, port, ServerLimits(**limits), log_level, access_log)
+
+
 if __name__ == "__main__":
     main()
