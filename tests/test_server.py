@@ -399,8 +399,7 @@ def wait_in_flight(server: Server, n: int, timeout: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def tight_server(model_dir, tmp_path_factory):
-    flags = ["--max-in-flight", "1", "--request-timeout", "0.2", "--max-attention-bytes",
-             "20000", "--max-new-tokens", "600"]  # fmt: skip
+    flags = ["--max-in-flight", "1", "--request-timeout", "0.2", "--max-attention-bytes", "20000"]
     running = Server(model_dir, tmp_path_factory.mktemp("logs") / "tight.log", *flags)
     yield running
     running.stop()
