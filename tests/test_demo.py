@@ -16,6 +16,7 @@ def test_demo_smoke(tmp_path, model_name):
         train_size=300,
         test_size=50,
         max_steps=20,
+        max_time=1e9,
         progress=False,
         echo=lines.append,
     )
@@ -39,6 +40,7 @@ def test_demo_learns_something_in_seconds(tmp_path):
         train_size=3000,
         test_size=200,
         max_steps=150,
+        max_time=1e9,  # a step budget, not the demo's time budget: a busy machine is only slower
         progress=False,
         echo=lambda _: None,
     )

@@ -388,6 +388,8 @@ def test_fuzzing_the_schema_finds_no_server_error(server, mode):
 # ---- limits of the whole server: saturation, timeouts, attention size, SIGTERM -------------
 
 SLOW = {"q": ["abcdefghij" * 50] * 8, "source": "en", "target": "de", "num_beams": 8}
+# Slow enough to be caught in flight, quick enough to finish on a busy machine.
+MEDIUM = {"q": ["abcdefghij" * 10] * 8, "source": "en", "target": "de", "num_beams": 4}
 
 
 def wait_in_flight(server: Server, n: int, timeout: float = 30.0) -> None:
@@ -399,7 +401,8 @@ def wait_in_flight(server: Server, n: int, timeout: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def tight_server(model_dir, tmp_path_factory):
-    flags = ["--max-in-flight", "1", "--request-timeout", "0.2", "--max-attention-bytes", "20000"]
+    # 2 s: far longer than a quick request takes even on a busy machine, far shorter than SLOW.
+    flags = ["--max-in-flight", "1", "--request-timeout", "2", "--max-attention-bytes", "20000"]
     running = Server(model_dir, tmp_path_factory.mktemp("logs") / "tight.log", *flags)
     yield running
     running.stop()
@@ -412,7 +415,7 @@ def test_saturated_server_answers_503_and_slow_requests_504(tight_server):
         busy = tight_server.post(**GOOD)
         error(busy, 503, "saturated: 1 requests in flight, the limit is 1")
         assert busy.headers["retry-after"] == "1"
-        error(slow.result(), 504, "longer than 0.2 s")
+        error(slow.result(), 504, "longer than 2 s")
     deadline = time.monotonic() + 60  # the worker finishes the abandoned batch, then serves
     while (answer := tight_server.post(**GOOD)).status_code != 200:
         assert answer.status_code in (503, 504) and time.monotonic() < deadline, answer.text
@@ -426,10 +429,10 @@ def test_attention_over_its_size_limit_is_refused_before_decoding(tight_server):
 
 
 def test_sigterm_lets_the_request_in_flight_finish(model_dir, tmp_path):
-    running = Server(model_dir, tmp_path / "sigterm.log")
+    running = Server(model_dir, tmp_path / "sigterm.log", "--request-timeout", "300")
     try:
         with ThreadPoolExecutor(1) as pool:
-            slow = pool.submit(running.post, **SLOW)
+            slow = pool.submit(running.post, **MEDIUM)
             wait_in_flight(running, 1)
             running.process.send_signal(signal.SIGTERM)
             response = slow.result()
