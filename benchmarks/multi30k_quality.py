@@ -148,7 +148,7 @@ def report() -> str:
         lines.append(f"| {r['config']} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "(sentences per bucket in parentheses; the 31+ bucket has only 2 sentences, too few to read)",
+        "(sentences per bucket in parentheses; 2 sentences in 31+ are too few to read)",
         "",
         "The machine was not idle throughout: during parts of the transformer run other test "
         "suites ran beside it (niced), so its step count is a lower bound for this machine.",
