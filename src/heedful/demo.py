@@ -147,10 +147,8 @@ def run_demo(
         search,
         ("dates", "iso"),
     )
-    echo(
-        f'model: {model_dir}  (try: heedful attention {model_dir} "{examples[0][0]}" '
-        f"--html viewer.html)"
-    )
+    hint = f' (try: heedful attention {model_dir} "{examples[0][0]}" --html viewer.html)'
+    echo(f"model: {model_dir}{hint if heatmap.suffix == '.png' else ''}")
     return DemoResult(
         model_name, accuracy, result.steps, result.seconds, heatmap, examples, model_dir
     )
