@@ -1,5 +1,6 @@
 """`heedful train` end to end on a tiny corpus: resume exactness, multi-process, the CLI."""
 
+import json
 import os
 import shutil
 import signal
@@ -128,6 +129,8 @@ def test_run_directory_contents_and_force(tmp_path):
     assert (run_dir / "config.yaml").read_text().count("keep_best: 1") == 1
     records = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert any('"bleu"' in r for r in records) and any('"train_loss"' in r for r in records)
+    padding = [json.loads(r)["padding"] for r in records if '"padding"' in r]
+    assert padding and all(0.0 <= p < 0.5 for p in padding)  # bucketed batches pad little
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert len(checkpoints) <= 2 and "step-00000008" in checkpoints  # best 1 + latest
     assert (run_dir / "best").resolve().parent == run_dir / "checkpoints"

@@ -72,9 +72,32 @@ class Run:
         return link.resolve() if link.exists() else None
 
     def log(self, record: dict) -> None:
-        if self.dist.is_main:
-            with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+        """Append to metrics.jsonl, and to TensorBoard if the `tensorboard` package is installed."""
+        if not self.dist.is_main:
+            return
+        with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        writer = self._tensorboard()
+        if writer is not None and "step" in record:
+            prefix = "valid" if record.get("event") == "validation" else "train"
+            for key, value in record.items():
+                if (
+                    isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                    and key != "step"
+                ):
+                    writer.add_scalar(f"{prefix}/{key}", value, record["step"])
+            writer.flush()
+
+    def _tensorboard(self):
+        if not hasattr(self, "_writer"):
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is optional
+                self._writer = None
+            else:
+                self._writer = SummaryWriter(str(self.dir / "tensorboard"))
+        return self._writer
 
     def save(
         self, model, optimizer, scheduler, tokenizers, progress: TrainProgress, metrics

@@ -231,6 +231,8 @@ def train(
                 "lr": scheduler.get_last_lr()[0],
                 "tokens_per_s": p.tokens / max(p.seconds, 1e-9),
                 "epoch": p.epoch,
+                # share of the step's target positions that are padding (bucketing keeps it low)
+                "padding": 1.0 - total_tokens / sum(b[2].numel() for b in batches),
             }
             bar.set_postfix(
                 loss=f"{record['train_loss']:.3f}",
