@@ -15,35 +15,18 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from report import machine, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
 RESULTS = ROOT / "benchmarks" / "results"
 REPORT = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- multi30k-quality:begin -->", "<!-- multi30k-quality:end -->"
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import torch
-
-    return (
-        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), Python {platform.python_version()}"
-    )
 
 
 def run_config(name: str, budget: float, beam: int, run_root: Path) -> dict:
@@ -196,15 +179,7 @@ def plot_buckets(path: Path = ROOT / "docs" / "img" / "bottleneck.png") -> Path 
 
 
 def write_report() -> None:
-    text = REPORT.read_text(encoding="utf-8") if REPORT.exists() else "# Benchmarks\n"
-    section = report()
-    if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text(text, encoding="utf-8")
+    write_section(REPORT, BEGIN, END, report())
 
 
 def main() -> None:

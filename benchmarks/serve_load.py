@@ -34,6 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from report import machine, write_section  # benchmarks/report.py
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "runs" / "bench" / "transformer" / "best"  # multi30k_quality.py's
 DEFAULT_SENTENCES = ROOT.parent / "shared" / "corpora" / "multi30k" / "test2016.en"
@@ -42,13 +44,6 @@ REPORT = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- serve-load:begin -->", "<!-- serve-load:end -->"
 TARGET_SPEEDUP = 2.0
 BACKOFF = 0.05  # seconds a client waits after a 503 (saturation), so it does not spin
-
-
-def machine() -> str:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from multi30k_quality import machine as describe  # one description of the machine
-
-    return describe()
 
 
 # ---- the server under test ------------------------------------------------------------------
@@ -268,15 +263,7 @@ def report(results: dict) -> str:
 
 
 def write_report(results: dict, path: Path) -> None:
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    section = report(results)
-    if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_section(path, BEGIN, END, report(results))
 
 
 def read_sentences(path: Path, limit: int = 5000) -> list[str]:
