@@ -387,7 +387,9 @@ def test_fuzzing_the_schema_finds_no_server_error(server, mode):
 
 # ---- limits of the whole server: saturation, timeouts, attention size, SIGTERM -------------
 
-SLOW = {"q": ["abcdefghij" * 50] * 8, "source": "en", "target": "de", "num_beams": 8}
+# About 15 s on our 2-core machine, so at least several times the 2 s timeout on a faster one
+# (8 texts of 500 characters took 2.4 s here and finished inside 2 s on CI).
+SLOW = {"q": ["abcdefghij" * 100] * 16, "source": "en", "target": "de", "num_beams": 8}
 # Slow enough to be caught in flight, quick enough to finish on a busy machine.
 MEDIUM = {"q": ["abcdefghij" * 10] * 8, "source": "en", "target": "de", "num_beams": 4}
 
