@@ -138,6 +138,43 @@ def test_run_directory_contents_and_force(tmp_path):
     assert "resuming" not in out
 
 
+def test_given_tokenizers_are_reused_byte_for_byte(tmp_path):
+    data = corpus(tmp_path)
+    config = write_config(tmp_path, data, steps=4)
+    run_ok("train", str(config), "--run-dir", str(tmp_path / "a"), "--no-progress")
+    first = (tmp_path / "a" / "latest").resolve()
+    # a different character set would train a different tokenizer: the given one must win
+    (data / "train.src").write_text("xyz\n" * 300)
+    (data / "train.tgt").write_text("xyz\n" * 300)
+    given = [f"data.{side}_tokenizer={first / f'tokenizer.{side}'}" for side in ("src", "tgt")]
+    out = run_ok(
+        "train",
+        str(config),
+        "--run-dir",
+        str(tmp_path / "b"),
+        "--no-progress",
+        "--set",
+        given[0],
+        "--set",
+        given[1],
+    )
+    second = (tmp_path / "b" / "latest").resolve()
+    for name in ("tokenizer.src", "tokenizer.tgt"):
+        assert (second / name).read_bytes() == (first / name).read_bytes(), out
+    records = [json.loads(r) for r in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    totals = [(r["tokens"], r["seconds"]) for r in records if "tokens" in r]
+    assert len(totals) == 2 and totals[0][0] < totals[1][0] and totals[0][1] < totals[1][1]
+    proc = heedful("train", str(config), "--run-dir", str(tmp_path / "c"), "--set", given[0])
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "give both or neither" in out
+    missing = "data.tgt_tokenizer=" + str(tmp_path / "nope")
+    proc = heedful(
+        "train", str(config), "--run-dir", str(tmp_path / "c"), "--set", given[0], "--set", missing
+    )
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "data.tgt_tokenizer" in out and "nope" in out
+
+
 def test_translate_keeps_order_count_and_empty_lines(tmp_path):
     data = corpus(tmp_path)
     config = write_config(tmp_path, data, steps=4)

@@ -106,9 +106,17 @@ class DataConfig:
     joint_vocab: bool = True  # one vocabulary for both languages
     max_length: int = 100  # pairs longer than this (in tokens) on either side are dropped
     valid_max_sentences: int | None = None  # score only the first N validation pairs
+    # Reuse trained tokenizers (files as a model directory holds them: tokenizer.src and
+    # tokenizer.tgt) instead of training new ones, e.g. to compare models on one vocabulary.
+    # Both or neither; the tokenizer, vocab_size, sp_model_type and joint_vocab keys are then
+    # not used.
+    src_tokenizer: str | None = None
+    tgt_tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         _choice("data.tokenizer", self.tokenizer, ("sentencepiece", "char"))
+        if (self.src_tokenizer is None) != (self.tgt_tokenizer is None):
+            raise ConfigError("data.src_tokenizer and data.tgt_tokenizer: give both or neither")
         _choice("data.sp_model_type", self.sp_model_type, ("unigram", "bpe"))
         _positive("data.vocab_size", self.vocab_size)
         _positive("data.max_length", self.max_length)

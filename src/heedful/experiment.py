@@ -200,6 +200,15 @@ def make_validator(valid_pairs, src_tok, tgt_tok, config: Config, device):
     return validate
 
 
+def _given_tokenizer(key: str, path: str):
+    from heedful.data.tokenizers import load_tokenizer
+
+    try:
+        return load_tokenizer(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{key}: cannot load a tokenizer from {path}: {e}") from e
+
+
 def train_from_config(
     config: Config, run_dir: str | Path, force: bool = False, progress: bool = True, echo=print
 ) -> TrainResult:
@@ -230,14 +239,18 @@ def train_from_config(
         model, src_tok, tgt_tok = loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
     else:
         data = config.data
-        src_tok, tgt_tok = train_tokenizers(
-            [s for s, _ in train_pairs],
-            [t for _, t in train_pairs],
-            kind=data.tokenizer,
-            vocab_size=data.vocab_size,
-            model_type=data.sp_model_type,
-            joint=data.joint_vocab,
-        )
+        if data.src_tokenizer is not None:
+            src_tok = _given_tokenizer("data.src_tokenizer", data.src_tokenizer)
+            tgt_tok = _given_tokenizer("data.tgt_tokenizer", data.tgt_tokenizer)
+        else:
+            src_tok, tgt_tok = train_tokenizers(
+                [s for s, _ in train_pairs],
+                [t for _, t in train_pairs],
+                kind=data.tokenizer,
+                vocab_size=data.vocab_size,
+                model_type=data.sp_model_type,
+                joint=data.joint_vocab,
+            )
         torch.manual_seed(config.train.seed)
         model = build_model(config.model, len(src_tok), len(tgt_tok))
     if dist.is_main:

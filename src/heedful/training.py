@@ -230,6 +230,9 @@ def train(
                 "train_loss": loss_sum * dist.world_size / total_tokens,
                 "lr": scheduler.get_last_lr()[0],
                 "tokens_per_s": p.tokens / max(p.seconds, 1e-9),
+                # running totals: differences between two records give the rate of a stretch
+                "tokens": p.tokens,
+                "seconds": p.seconds,
                 "epoch": p.epoch,
                 # share of the step's target positions that are padding (bucketing keeps it low)
                 "padding": 1.0 - total_tokens / sum(b[2].numel() for b in batches),
