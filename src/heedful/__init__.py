@@ -3,8 +3,11 @@
 __version__ = "0.1.0"
 
 
-def load(model_dir, device="cpu"):
-    """A Translator for a model directory: `heedful.load(DIR).translate(["Hi."], num_beams=5)`."""
+def load(model_dir, device="cpu", quantize=None):
+    """A Translator for a model directory: `heedful.load(DIR).translate(["Hi."], num_beams=5)`.
+
+    quantize="int8" runs its Linear layers in int8 on the CPU (Translator.load says how).
+    """
     from heedful.translator import Translator
 
-    return Translator.load(model_dir, device)
+    return Translator.load(model_dir, device, quantize)

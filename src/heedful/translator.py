@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,10 +35,45 @@ class Translation:
 
 
 DEFAULT_GENERATION = GenerationConfig()
+QUANTIZE = ("int8",)  # Translator.load(quantize=...): dynamic int8 nn.Linear weights, CPU only
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """The model with its nn.Linear layers as dynamically quantized int8 ones (CPU only).
+
+    quantize_dynamic (Jacob et al. 2018's scheme, applied after training) stores each Linear's
+    weights as int8 with one scale and quantizes the activations per batch on the fly, so a
+    matrix product runs in int8 and is rescaled to float: the weights shrink 4x and the
+    Linear-heavy decoding loop speeds up on CPU. Embeddings, norms and attention stay float32.
+    A Linear whose `.weight` is read directly (Luong's concat score slices W_a) is kept float,
+    since a quantized Linear has no `.weight` tensor to slice.
+    """
+    names = {
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and not _weight_is_read(model, name)
+    }
+    with warnings.catch_warnings():
+        # torch 2.13 marks torch.ao.quantization and quantize_per_tensor as deprecated in favour
+        # of the separate torchao package; the eager API still works, so only these two
+        # warnings are silenced, and only for this call.
+        warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated", DeprecationWarning)
+        warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
+        return torch.ao.quantization.quantize_dynamic(model, names, dtype=torch.qint8)
+
+
+def _weight_is_read(model: nn.Module, name: str) -> bool:
+    from heedful.attention import LuongAttention
+
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    return isinstance(parent, LuongAttention) and parent.kind == "concat" and child == "w_a"
 
 
 class Translator:
     """A model, its tokenizers and search settings: what the CLI, server and notebooks use."""
+
+    engine = "torch"  # runtime.py: the other engine, ctranslate2, offers the same translate()
 
     def __init__(
         self,
@@ -56,10 +92,26 @@ class Translator:
         self.generation, self.device, self.languages = generation, torch.device(device), languages
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: str | torch.device = "cpu") -> Translator:
+    def load(
+        cls,
+        model_dir: str | Path,
+        device: str | torch.device = "cpu",
+        quantize: str | None = None,
+    ) -> Translator:
+        """Load a model directory; quantize="int8" makes its Linear layers int8 (CPU only)."""
+        if quantize is not None and quantize not in QUANTIZE:
+            raise ValueError(
+                f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZE)}"
+            )
+        if quantize is not None and torch.device(device).type != "cpu":
+            raise ValueError(
+                f"--quantize {quantize} runs on the CPU only (torch's dynamic quantization has "
+                f"no {torch.device(device).type} kernels); load on device 'cpu' or drop it"
+            )
         loaded = load_model_dir(model_dir)
+        model = loaded.model if quantize is None else quantize_int8(loaded.model)
         return cls(
-            loaded.model.to(device),
+            model.to(device),
             loaded.src_tokenizer,
             loaded.tgt_tokenizer,
             loaded.generation,
@@ -132,6 +184,8 @@ class Translator:
         )
 
 
-def load(model_dir: str | Path, device: str | torch.device = "cpu") -> Translator:
+def load(
+    model_dir: str | Path, device: str | torch.device = "cpu", quantize: str | None = None
+) -> Translator:
     """`heedful.load(MODEL_DIR)`: a Translator ready for `.translate(list_of_str, num_beams=5)`."""
-    return Translator.load(model_dir, device)
+    return Translator.load(model_dir, device, quantize)
