@@ -8,6 +8,9 @@ A model directory is everything needed to translate raw text:
     tokenizer.tgt        target tokenizer
     generation.json      default search settings (beam size, length penalty, length limits)
 
+`heedful export` (export.py) writes the same files with `ctranslate2/`, a CTranslate2 model,
+in place of model.safetensors.
+
 A training checkpoint is a model directory plus `training_state.safetensors` (optimizer moments,
 RNG state) and `training_state.json` (step, data position, scheduler, best scores), so that a
 resumed run continues bit for bit. Nothing here ever unpickles: `torch.load` can execute code
@@ -31,6 +34,7 @@ from heedful.config import ModelConfig, from_dict, to_dict
 
 FORMAT = "heedful-model"
 FORMAT_VERSION = 1
+CTRANSLATE2_DIR = "ctranslate2"  # an export's CTranslate2 model (export.py)
 
 
 class CheckpointError(ValueError):
@@ -190,6 +194,11 @@ def load_weights(model: nn.Module, path: Path) -> None:
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
+    if not path.is_file() and (path.parent / CTRANSLATE2_DIR).is_dir():
+        raise CheckpointError(
+            f"{path.parent} is a CTranslate2 export without PyTorch weights: translate it "
+            "with --engine ctranslate2, or use the model directory it was exported from"
+        )
     if not path.is_file():
         raise CheckpointError(f"{path.parent}: missing {path.name}")
     try:
@@ -214,16 +223,21 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     meta, model_config = read_model_config(directory)
     model = build_model(model_config, meta["src_vocab_size"], meta["tgt_vocab_size"])
     load_weights(model, directory / "model.safetensors")
-    generation_data = _read_json(directory / "generation.json")
     return LoadedModel(
         model.eval(),
         model_config,
         load_tokenizer(directory / "tokenizer.src"),
         load_tokenizer(directory / "tokenizer.tgt"),
-        from_dict(GenerationConfig, generation_data, prefix="generation."),
+        read_generation(directory),
         meta.get("src_lang", "src"),
         meta.get("tgt_lang", "tgt"),
     )
+
+
+def read_generation(directory: Path) -> GenerationConfig:
+    """The default search settings of a model directory (generation.json)."""
+    data = _read_json(Path(directory) / "generation.json")
+    return from_dict(GenerationConfig, data, prefix="generation.")
 
 
 # ---------------------------------------------------------------------------------------------

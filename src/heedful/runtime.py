@@ -1,0 +1,219 @@
+"""Runtimes: the one place where the CLI, the server and notebooks choose how a model runs.
+
+    torch         Translator (translator.py): our own search, attention weights available;
+                  quantize="int8" makes its Linear layers int8 (torch dynamic quantization).
+    ctranslate2   CTranslate2Translator below: the model exported by export.py, run by
+                  CTranslate2's C++ search; quantize="int8" computes in int8. No attention.
+
+Both offer the same `translate(texts, num_beams, n_best, batch_size, need_weights, **settings)
+-> list[Translation]` and the attributes the server reads (src_tokenizer, tgt_tokenizer,
+generation, languages), so a caller changes engine by changing one argument of
+`load_translator`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from heedful.checkpoint import CTRANSLATE2_DIR, GenerationConfig, read_generation, read_model_config
+from heedful.data.tokenizers import EOS_ID, load_tokenizer
+from heedful.decoding import gnmt_length_penalty, max_output_lengths
+from heedful.export import export_ctranslate2, import_ctranslate2, vocabulary
+from heedful.translator import QUANTIZE, Translation, Translator
+
+ENGINES = ("torch", "ctranslate2")
+
+
+class CTranslate2Translator:
+    """Translate with a CTranslate2 export: our tokenizers around CTranslate2's search.
+
+    CTranslate2 searches (greedy, or beam search with the same candidate rule as ours: the
+    2K best extensions, a </s> counting only among the best K) and hands back all beam_size
+    hypotheses with their raw log-probabilities; they are ranked here as decoding.beam_search
+    ranks them: finished ones by log P(Y) / gnmt_length_penalty(|Y|), then ones cut at the
+    length limit by log P(Y). (CTranslate2's own length penalty divides by |Y| ** alpha, not
+    GNMT's ((5 + |Y|) / 6) ** alpha, so it is switched off.) The output limit is ours,
+    ratio · source length + offset for each sentence (sentences with one limit share a
+    batch), and </s> may come first. Translation.score is log P(Y), </s> included.
+
+    What still differs is when a sentence stops (CTranslate2 4.x, src/decoding.cc): as soon as
+    its best beam ends with beam_size hypotheses kept, where ours goes on until no alive beam
+    could beat the worst kept one under the length penalty. With length_penalty 0 that cannot
+    change the best output (an alive beam can only lose log-probability); with a length
+    penalty, and for the n-best alternatives, ours may find a better one later. Greedy search
+    is exactly ours. No attention weights: need_weights=True is refused.
+    """
+
+    engine = "ctranslate2"
+
+    def __init__(
+        self,
+        ct2_translator,
+        src_tokenizer,
+        tgt_tokenizer,
+        generation: GenerationConfig,
+        languages: tuple[str, str] = ("src", "tgt"),
+    ):
+        self.ct2, self.src_tokenizer, self.tgt_tokenizer = (
+            ct2_translator,
+            src_tokenizer,
+            tgt_tokenizer,
+        )
+        self.generation, self.languages, self.device = generation, languages, torch.device("cpu")
+        self.src_vocab = vocabulary(src_tokenizer)
+        self.tgt_ids = {token: i for i, token in enumerate(vocabulary(tgt_tokenizer))}
+
+    @classmethod
+    def load(
+        cls, model_dir: str | Path, quantize: str | None = None, threads: int | None = None
+    ) -> CTranslate2Translator:
+        """Load an export (heedful export), or convert a model directory in memory first.
+
+        quantize="int8": compute in int8 whatever the export holds. threads: CTranslate2's
+        intra-op threads [default: torch.get_num_threads()], one translation at a time.
+        """
+        ctranslate2 = import_ctranslate2()
+        if quantize is not None and quantize not in QUANTIZE:
+            raise ValueError(
+                f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZE)}"
+            )
+        model_dir = Path(model_dir)
+        meta, _ = read_model_config(model_dir)
+        options = dict(
+            device="cpu",
+            compute_type=quantize or "default",  # default: the type the export was saved in
+            inter_threads=1,
+            intra_threads=threads or torch.get_num_threads(),
+        )
+        if (model_dir / CTRANSLATE2_DIR).is_dir():
+            ct2 = ctranslate2.Translator(str(model_dir / CTRANSLATE2_DIR), **options)
+        else:
+            with tempfile.TemporaryDirectory(prefix="heedful-ct2-") as tmp:
+                export_ctranslate2(model_dir, Path(tmp) / "export")
+                ct2 = ctranslate2.Translator(str(Path(tmp) / "export" / CTRANSLATE2_DIR), **options)
+        return cls(
+            ct2,
+            load_tokenizer(model_dir / "tokenizer.src"),
+            load_tokenizer(model_dir / "tokenizer.tgt"),
+            read_generation(model_dir),
+            (meta.get("src_lang", "src"), meta.get("tgt_lang", "tgt")),
+        )
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        num_beams: int | None = None,
+        n_best: int = 1,
+        batch_size: int = 64,
+        need_weights: bool = False,
+        **settings,
+    ) -> list[Translation]:
+        """As Translator.translate; need_weights is refused (CTranslate2 gives no weights)."""
+        if need_weights:
+            raise ValueError(
+                "the ctranslate2 engine gives no attention weights; use the torch engine "
+                "(the default) to see the attention"
+            )
+        g = replace(self.generation, **settings)
+        beams = g.num_beams if num_beams is None else num_beams
+        if beams < 1 or not 1 <= n_best <= beams:
+            raise ValueError(f"need 1 <= n_best <= num_beams, got n_best={n_best}, {beams} beams")
+        out: list[Translation | None] = [None] * len(texts)
+        ids = {i: self.src_tokenizer.encode(t) for i, t in enumerate(texts) if t.strip()}
+        for i, t in enumerate(texts):
+            if i not in ids:
+                out[i] = Translation("", self.src_tokenizer.tokens(t), [], 0.0)
+        limits = {n: _limit(n, g) for n in {len(s) for s in ids.values()}}
+        order = sorted(ids, key=lambda i: (limits[len(ids[i])], len(ids[i])))
+        for chunk in _batches(order, lambda i: limits[len(ids[i])], batch_size):
+            source = [[self.src_vocab[k] for k in ids[i]] for i in chunk]  # pieces, not ids
+            results = self._search(source, beams, limits[len(ids[chunk[0]])])
+            for i, result in zip(chunk, results):
+                hyps = self._ranked(result.hypotheses, result.scores, g.length_penalty)
+                first, *rest = [self._translation(texts[i], *h) for h in hyps[:n_best]]
+                first.alternatives = rest or None
+                out[i] = first
+        return out  # type: ignore[return-value]
+
+    def _search(self, source: list[list[str]], beams: int, limit: int):
+        """CTranslate2's search over one batch whose sentences share the output limit."""
+        try:
+            return self.ct2.translate_batch(
+                source,
+                beam_size=beams,
+                num_hypotheses=beams,  # all of them, to rank the way beam_search does
+                length_penalty=0.0,  # raw log P(Y): ranked by our length penalty in _ranked
+                max_decoding_length=limit,
+                min_decoding_length=0,  # </s> may come first, as in our search
+                max_input_length=0,  # never cut the source
+                return_scores=True,
+                return_end_token=True,  # tells finished outputs from those cut at the limit
+            )
+        except RuntimeError as error:  # the export's position table is finite (export.py)
+            if "position encodings" not in str(error):
+                raise
+            raise ValueError(f"a sequence is too long for this model: {error}") from None
+
+    def _ranked(self, hypotheses, scores, alpha: float) -> list[tuple[list[int], float]]:
+        """(ids, log P) best first as decoding.beam_search ranks them: finished outputs by
+        log P / gnmt_length_penalty(|Y|, alpha), |Y| counting </s>, then those cut at the
+        length limit by log P."""
+        hyps = [([self.tgt_ids[t] for t in tokens], s) for tokens, s in zip(hypotheses, scores)]
+
+        def rank(hyp):
+            ids, score = hyp
+            finished = bool(ids) and ids[-1] == EOS_ID
+            return (0, -score / gnmt_length_penalty(len(ids), alpha)) if finished else (1, -score)
+
+        return sorted(hyps, key=rank)
+
+    def _translation(self, text: str, ids: list[int], score: float) -> Translation:
+        return Translation(
+            self.tgt_tokenizer.decode(ids),
+            self.src_tokenizer.tokens(text),
+            [self.tgt_tokenizer.id_to_token(i) for i in ids],  # ends with </s> when finished
+            float(score),
+        )
+
+
+def _limit(source_length: int, g: GenerationConfig) -> int:
+    """Our output limit for a source of this many tokens (decoding.max_output_lengths)."""
+    src = torch.ones(1, source_length, dtype=torch.long)  # no padding: length S
+    return int(max_output_lengths(src, 0, g.max_len_ratio, g.max_len_offset))
+
+
+def _batches(order: list[int], key, size: int):
+    """Runs of equal key (one output limit each), cut into batches of at most `size`."""
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and end - start < size and key(order[end]) == key(order[start]):
+            end += 1
+        yield order[start:end]
+        start = end
+
+
+def load_translator(
+    model_dir: str | Path,
+    engine: str = "torch",
+    quantize: str | None = None,
+    device: str | torch.device = "cpu",
+    threads: int | None = None,
+):
+    """A Translator (engine "torch") or CTranslate2Translator ("ctranslate2") for `model_dir`.
+
+    quantize: None or "int8". device: the torch engine's; CTranslate2 runs on the CPU here.
+    threads: CTranslate2's intra-op threads (torch's are set with torch.set_num_threads).
+    """
+    if engine == "torch":
+        return Translator.load(model_dir, device, quantize)
+    if engine == "ctranslate2":
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"the ctranslate2 engine runs on the CPU here, not {device}")
+        return CTranslate2Translator.load(model_dir, quantize, threads)
+    raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
