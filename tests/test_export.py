@@ -19,8 +19,10 @@ from types import SimpleNamespace
 import pytest
 import sacrebleu
 import torch
+from click.testing import CliRunner
 
 from heedful.checkpoint import CheckpointError, GenerationConfig, save_model_dir
+from heedful.cli import main
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import EOS, EOS_ID, CharTokenizer
 from heedful.export import export_ctranslate2, vocabulary
@@ -183,16 +185,40 @@ def test_int8_stays_close_to_float32(reverse_model_dir, reverse_test_set, tmp_pa
         assert same >= 0.95, (k, same)
 
 
+def test_export_then_translate_from_the_command_line(reverse_model_dir, reverse_test_set, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "export"
+    result = runner.invoke(main, ["export", str(reverse_model_dir), "--format", "ctranslate2",
+                                  "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"to {out} (ctranslate2, float32 weights)" in result.output
+    words = "\n".join(w for w, _ in reverse_test_set[:30]) + "\n\nabc\n"
+    ours = runner.invoke(main, ["translate", str(reverse_model_dir)], input=words)
+    fast = runner.invoke(main, ["translate", str(out), "--engine", "ctranslate2"], input=words)
+    assert fast.exit_code == 0, fast.output
+    assert fast.output == ours.output  # greedy (the model's generation.json): exactly ours
+    assert fast.output.splitlines()[-2:] == ["", "cba"]
+    n_best = runner.invoke(
+        main, ["translate", str(out), "--engine", "ctranslate2", "--n-best", "2"], input="abc\n"
+    )
+    assert n_best.exit_code == 0 and n_best.output.count("\t") == 1, n_best.output
+
+
 def test_what_cannot_be_done_is_refused_clearly(tmp_path, reverse_model_dir):
     tokenizer = CharTokenizer.train(["abc"])
     config = ModelConfig(arch="rnn", d_model=16, hidden_size=16)
     rnn = build_model(config, len(tokenizer), len(tokenizer))
     save_model_dir(tmp_path / "rnn", rnn, config, tokenizer, tokenizer)
+    result = CliRunner().invoke(main, ["export", str(tmp_path / "rnn"), "-o", str(tmp_path / "x")])
+    assert result.exit_code == 1
+    assert "only Transformer models export to CTranslate2; this one is 'rnn'" in result.output
+    assert not (tmp_path / "x").exists()
     with pytest.raises(CheckpointError, match="only Transformer models export to CTranslate2"):
         export_ctranslate2(tmp_path / "rnn", tmp_path / "x")
-    assert not (tmp_path / "x").exists()
     with pytest.raises(ValueError, match="unknown engine 'fast'; choose one of torch, ctranslate2"):
         load_translator(tmp_path / "rnn", engine="fast")
+    result = CliRunner().invoke(main, ["translate", str(tmp_path / "rnn"), "--engine", "fast"])
+    assert result.exit_code == 2 and "'fast' is not one of 'torch', 'ctranslate2'" in result.output
     fast = load_translator(reverse_model_dir, "ctranslate2")
     with pytest.raises(ValueError, match="gives no attention weights"):
         fast.translate(["abc"], need_weights=True)

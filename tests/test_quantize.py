@@ -15,10 +15,12 @@ import warnings
 import pytest
 import sacrebleu
 import torch
+from click.testing import CliRunner
 from torch import nn
 from torch.ao.nn.quantized import dynamic as quantized
 
 from heedful.checkpoint import GenerationConfig, save_model_dir
+from heedful.cli import main
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import CharTokenizer
 from heedful.models.build import build_model
@@ -93,3 +95,19 @@ def test_unknown_quantization_and_gpu_devices_are_refused(reverse_model_dir):
         Translator.load(reverse_model_dir, quantize="int4")
     with pytest.raises(ValueError, match="runs on the CPU only"):
         Translator.load(reverse_model_dir, device="meta", quantize="int8")
+    result = CliRunner().invoke(main, ["translate", str(reverse_model_dir), "--quantize", "int4"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--quantize': 'int4' is not 'int8'" in result.output
+
+
+def test_the_command_translates_with_int8(reverse_model_dir, reverse_test_set):
+    words = [w for w, _ in reverse_test_set[:20]]
+    runner = CliRunner()
+    fp32 = runner.invoke(main, ["translate", str(reverse_model_dir)], input="\n".join(words))
+    int8 = runner.invoke(
+        main, ["translate", str(reverse_model_dir), "--quantize", "int8"], input="\n".join(words)
+    )
+    assert fp32.exit_code == 0 and int8.exit_code == 0, int8.output
+    assert len(int8.output.splitlines()) == len(words)
+    same = sum(a == b for a, b in zip(fp32.output.splitlines(), int8.output.splitlines()))
+    assert same >= 18

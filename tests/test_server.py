@@ -447,6 +447,27 @@ def test_sigterm_lets_the_request_in_flight_finish(model_dir, tmp_path):
         requests.get(running.url + "/health", timeout=5)
 
 
+def test_the_ctranslate2_engine_serves_the_text_without_attention(model_dir, translator, tmp_path):
+    running = Server(model_dir, tmp_path / "ct2.log", "--engine", "ctranslate2", *MAIN_LIMITS)
+    try:
+        texts = ["abc", "a longer sentence here", "hello world"]
+        body = ok(running.post(q=texts, source="en", target="de"))
+        assert body["translatedText"] == [t.text for t in translator.translate(texts, num_beams=1)]
+        body = ok(running.post(q="hello there", source="en", target="de", alternatives=2))
+        [expected] = translator.translate(["hello there"], num_beams=3, n_best=3)
+        assert [body["translatedText"], *body["alternatives"]] == [
+            expected.text,
+            *(a.text for a in expected.alternatives),
+        ]
+        body = ok(running.post(q="abcdefghij", source="en", target="de", max_new_tokens=3))
+        assert len(body["translatedText"]) == 3
+        attention = running.post(q="abc", source="en", target="de", return_attention=True)
+        error(attention, 400, "the ctranslate2 engine, which gives no attention weights")
+    finally:
+        assert_clean_exit(running, running.stop())
+    assert "(ctranslate2 engine)" in running.output(), running.output()
+
+
 # ---- configuration and layering --------------------------------------------------------------
 
 

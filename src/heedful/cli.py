@@ -7,6 +7,9 @@ import sys
 import click
 
 from heedful.demo import DEMO_MODELS
+from heedful.export import FORMATS, QUANTIZATIONS
+from heedful.runtime import ENGINES, load_translator
+from heedful.translator import QUANTIZE
 
 
 class _Errors(click.Group):
@@ -19,6 +22,8 @@ class _Errors(click.Group):
         try:
             return super().invoke(ctx)
         except (ConfigError, CheckpointError, ValueError, FileNotFoundError) as error:
+            raise click.ClickException(str(error)) from None
+        except ModuleNotFoundError as error:  # an optional extra that is not installed
             raise click.ClickException(str(error)) from None
 
 
@@ -84,6 +89,27 @@ def train(config_path, overrides, run_dir, force, progress) -> None:
     train_from_config(config, run_dir, force=force, progress=progress, echo=click.echo)
 
 
+def _runtime_options(f):
+    """--engine and --quantize: how the model runs (heedful.runtime.load_translator)."""
+    f = click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="torch",
+        show_default=True,
+        help="torch: our own search, with attention. ctranslate2: a `heedful export` (or the "
+        "model directory, converted on loading) run by CTranslate2 on the CPU "
+        "(pip install 'heedful[fast]').",
+    )(f)
+    f = click.option(
+        "--quantize",
+        type=click.Choice(QUANTIZE),
+        default=None,
+        help="Run the Linear layers in int8 on the CPU (torch: dynamic quantization; "
+        "ctranslate2: int8 compute).",
+    )(f)
+    return f
+
+
 def _search_options(f):
     f = click.option(
         "--beam",
@@ -118,11 +144,12 @@ def _search_options(f):
     "--n-best", default=1, show_default=True, help="Alternatives per line, tab-separated."
 )
 @_search_options
-def translate(model_dir, input_path, output_path, n_best, num_beams, batch_size) -> None:
+@_runtime_options
+def translate(
+    model_dir, input_path, output_path, n_best, num_beams, batch_size, engine, quantize
+) -> None:
     """Translate raw lines, one per line, in order (empty lines stay empty)."""
-    from heedful.translator import Translator
-
-    translator = Translator.load(model_dir)
+    translator = load_translator(model_dir, engine, quantize)
     lines = _read_lines(input_path)
     beams = max(num_beams or translator.generation.num_beams, n_best)
     results = translator.translate(lines, num_beams=beams, n_best=n_best, batch_size=batch_size)
@@ -158,15 +185,17 @@ def _read_lines(path: str | None) -> list[str]:
     help="Also write the translations to FILE.",
 )
 @_search_options
-def evaluate(model_dir, src_path, ref_path, output_path, num_beams, batch_size) -> None:
+@_runtime_options
+def evaluate(
+    model_dir, src_path, ref_path, output_path, num_beams, batch_size, engine, quantize
+) -> None:
     """Translate --src and score it against --ref: BLEU, chrF, TER and BLEU per source length."""
     from pathlib import Path
 
     from heedful.data.corpus import read_parallel
     from heedful.evaluation import bleu_by_length, corpus_scores, format_length_table
-    from heedful.translator import Translator
 
-    translator = Translator.load(model_dir)
+    translator = load_translator(model_dir, engine, quantize)
     pairs = read_parallel(Path(src_path), Path(ref_path), "--src", "--ref")
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
     outputs = [
@@ -176,6 +205,39 @@ def evaluate(model_dir, src_path, ref_path, output_path, num_beams, batch_size) 
         Path(output_path).write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
     click.echo(str(corpus_scores(outputs, references)))
     click.echo(format_length_table(bleu_by_length(sources, outputs, references)))
+
+
+@main.command()
+@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(FORMATS),
+    default=FORMATS[0],
+    show_default=True,
+    help="What to export to.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "output_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="The directory to write (replaced if it exists).",
+)
+@click.option(
+    "--quantization",
+    type=click.Choice(QUANTIZATIONS),
+    default=None,
+    help="Weight type of the export [default: float32, as trained].",
+)
+def export(model_dir, format_, output_dir, quantization) -> None:
+    """Export a Transformer MODEL_DIR for a faster runtime: translate the result with
+    `heedful translate OUTPUT --engine ctranslate2` (needs pip install 'heedful[fast]')."""
+    from heedful.export import export_ctranslate2
+
+    out = export_ctranslate2(model_dir, output_dir, quantization)
+    click.echo(f"exported {model_dir} to {out} ({format_}, {quantization or 'float32'} weights)")
 
 
 @main.command()
@@ -359,13 +421,16 @@ def _limit_options(f):
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
+@_runtime_options
 @_limit_options
-def serve(model_dir, host, port, log_level, access_log, **limits) -> None:
+def serve(model_dir, host, port, log_level, access_log, engine, quantize, **limits) -> None:
     """Serve MODEL_DIR over HTTP: LibreTranslate's POST /translate, /languages, a web page at /."""
     from heedful.server import ServerLimits
     from heedful.server import serve as run_server
 
-    run_server(model_dir, host, port, ServerLimits(**limits), log_level, access_log)
+    run_server(
+        model_dir, host, port, ServerLimits(**limits), log_level, access_log, engine, quantize
+    )
 
 
 if __name__ == "__main__":

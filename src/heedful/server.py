@@ -1,6 +1,7 @@
 """HTTP API over Translator: LibreTranslate's /translate, with the attention behind each output.
 
     heedful serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--max-chars 1000 ...]
+                            [--engine torch|ctranslate2] [--quantize int8]
 
     POST /translate   {"q": str | [str], "source": "en", "target": "de"} -> {"translatedText": ...}
     GET  /languages   [{"code", "name", "targets"}]
@@ -307,6 +308,12 @@ class TranslationService:
                 400,
                 f"max_new_tokens={_shown(asked)} is over the limit of {limits.max_new_tokens} "
                 "(--max-new-tokens)",
+            )
+        if request.return_attention and self.translator.engine != "torch":
+            raise ApiError(
+                400,
+                f"this server runs the {self.translator.engine} engine, which gives no "
+                "attention weights: drop return_attention (the torch engine gives them)",
             )
         searches, attention_bytes = [], 0
         for i, text in enumerate(request.texts):
@@ -850,14 +857,20 @@ class _State:
     in_flight: int = 0
 
 
-async def _load(state: _State, model_dir: Path, config, limits, on_error) -> None:
+async def _load(state: _State, model_dir: Path, config, limits, on_error, runtime: dict) -> None:
     """Load the model off the event loop, so /health answers while it loads."""
-    from heedful.translator import Translator
+    from heedful.runtime import load_translator
 
     try:
-        translator = await asyncio.to_thread(Translator.load, model_dir)
+        translator = await asyncio.to_thread(load_translator, model_dir, **runtime)
         state.service = TranslationService(translator, config, limits)
-        log.info("model %s loaded: %s→%s", model_dir, *translator.languages)
+        log.info(
+            "model %s loaded: %s→%s (%s engine%s)",
+            model_dir,
+            *translator.languages,
+            translator.engine,
+            f", {runtime['quantize']}" if runtime.get("quantize") else "",
+        )
     except Exception as error:  # noqa: BLE001 - reported by /ready and the serve command
         state.load_error = error
         log.error("could not load %s: %s", model_dir, error)
@@ -869,11 +882,14 @@ def create_app(
     model_dir: str | Path,
     limits: ServerLimits = ServerLimits(),
     on_load_error: Callable[[BaseException], None] | None = None,
+    engine: str = "torch",
+    quantize: str | None = None,
 ):
     """The FastAPI application serving the model directory `model_dir` within `limits`.
 
     The directory's config.json is read at once (a wrong path fails here); the weights load in
-    the background after start-up: GET /ready answers 200 once they have.
+    the background after start-up: GET /ready answers 200 once they have. engine and quantize
+    choose the runtime (heedful.runtime.load_translator); only "torch" gives attention.
     """
     from contextlib import asynccontextmanager
 
@@ -892,7 +908,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app):
         batcher.start()
-        loading = asyncio.create_task(_load(state, model_dir, config, limits, on_load_error))
+        runtime = {"engine": engine, "quantize": quantize}
+        loading = asyncio.create_task(
+            _load(state, model_dir, config, limits, on_load_error, runtime)
+        )
         yield
         loading.cancel()
         await batcher.stop()
@@ -1148,6 +1167,8 @@ def serve(
     limits: ServerLimits = ServerLimits(),
     log_level: str = "info",
     access_log: bool = False,
+    engine: str = "torch",
+    quantize: str | None = None,
 ) -> None:
     """Serve `model_dir` until SIGINT/SIGTERM; requests in flight finish first (uvicorn's
     graceful shutdown, bounded by the request timeout). Raises the load error, if any."""
@@ -1161,7 +1182,7 @@ def serve(
         failed.set()
         server[0].should_exit = True
 
-    app = create_app(model_dir, limits, on_load_error)
+    app = create_app(model_dir, limits, on_load_error, engine, quantize)
     config = uvicorn.Config(
         app,
         host=host,
