@@ -204,7 +204,7 @@ def load_translator(
     quantize: str | None = None,
     device: str | torch.device = "cpu",
     threads: int | None = None,
-):
+) -> Translator | CTranslate2Translator:
     """A Translator (engine "torch") or CTranslate2Translator ("ctranslate2") for `model_dir`.
 
     quantize: None or "int8". device: the torch engine's; CTranslate2 runs on the CPU here.
