@@ -263,7 +263,7 @@ class Prefixes:
 
     tokens: torch.Tensor
 
-    def index_select(self, index):
+    def index_select(self, index, same_sources=False):  # nothing read from a source
         return Prefixes(self.tokens[index])
 
 

@@ -308,7 +308,8 @@ def beam_search(
         finished, alive = _split(_extend(scores, log_probs, step), eos_id, k)
         pool = _best_finished(pool, finished, k, length_penalty)
         done, at_limit = _is_done(pool, alive, limits, step, length_penalty)
-        if bool(done.any()):
+        same_sources = not bool(done.any())  # no sentence leaves: beams move within their own
+        if not same_sources:
             picked, ended = _outputs(pool.keep(done), alive.keep(done), at_limit[done], n_best)
             results.append((sentences[done], picked, ended))
             if bool(done.all()):
@@ -318,7 +319,8 @@ def beam_search(
             pool, alive = pool.keep(active), alive.keep(active)
             memory = memory.index_select(_beam_rows(active, k))
         parents, last, scores = alive.row.reshape(-1), alive.token.reshape(-1), alive.score
-        state = state.index_select(parents)  # each row now continues the beam it extends
+        # each row now continues the beam it extends
+        state = state.index_select(parents, same_sources)
     return _collect(results, trace, src, model.pad_id, batch)
 
 

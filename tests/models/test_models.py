@@ -153,3 +153,26 @@ def test_bad_model_configs_name_the_problem():
 
     with pytest.raises(ValueError, match="divisible by num_heads"):
         Transformer(10, 10, d_model=30, num_heads=4)
+
+
+@pytest.mark.parametrize("name", ["transformer-post", "rnn-bahdanau"])
+def test_reordering_within_sources_keeps_what_was_computed_from_them(name):
+    """Beam search reorders rows within each sentence's block with same_sources=True: the state
+    then equals a full reorder, and a Transformer keeps its cross-attention K, V uncopied."""
+    model = make(name).eval()
+    src, _ = batch()
+    k = 2
+    tile = torch.arange(src.size(0)).repeat_interleave(k)
+    with torch.no_grad():
+        memory = model.encode(src).index_select(tile)
+        state = model.init_state(memory)
+        _, state, _ = model.decode_step(memory, state, torch.full((len(tile),), 1))
+        within = torch.tensor([1, 1, 3, 2, 4, 5])  # every row stays in its sentence's block
+        fast, full = state.index_select(within, True), state.index_select(within)
+        nxt = torch.arange(4, 4 + len(tile))
+        a, _, _ = model.decode_step(memory, fast, nxt)
+        b, _, _ = model.decode_step(memory, full, nxt)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    if name.startswith("transformer"):
+        assert fast.cross_kv[0][0] is state.cross_kv[0][0]
+        assert full.cross_kv[0][0] is not state.cross_kv[0][0]

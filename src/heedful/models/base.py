@@ -53,7 +53,9 @@ class Seq2SeqModel(Protocol):
     """The decoding contract that greedy and beam search are written against.
 
     `memory` and `state` are the model's own objects; both offer `index_select(index)` so that a
-    search can reorder or drop sentences (beam search keeps the best hypotheses this way).
+    search can reorder or drop sentences (beam search keeps the best hypotheses this way); the
+    state's takes `same_sources=True` when every row keeps reading the source it read before, so
+    that parts computed from the source alone need not be copied.
     """
 
     pad_id: int

@@ -93,7 +93,8 @@ class RNNState:
     hidden: Hidden  # decoder RNN state, (layers, B, N) each
     attentional: torch.Tensor | None  # h̃_{t-1} (B, N) with input feeding, else None
 
-    def index_select(self, index: torch.Tensor) -> RNNState:
+    def index_select(self, index: torch.Tensor, same_sources: bool = False) -> RNNState:
+        # same_sources: as TransformerState's; an RNN state has no per-source part to keep
         fed = None if self.attentional is None else self.attentional[index]
         return RNNState(tuple(h[:, index] for h in self.hidden), fed)
 

@@ -148,13 +148,17 @@ class TransformerState:
     self_kv: list[KV | None]  # per layer, grows by one position each step
     position: int = 0
 
-    def index_select(self, index: torch.Tensor) -> TransformerState:
+    def index_select(self, index: torch.Tensor, same_sources: bool = False) -> TransformerState:
+        """Rows `index` of the state. same_sources: each new row reads the same source sentence
+        as the old row at its place (beam search reordering beams within their sentence), so
+        the cross-attention keys and values, a function of the source alone, stay as they are
+        instead of being copied: in beam search that copy was a third of the time."""
+
         def pick(kv):
             return None if kv is None else (kv[0][index], kv[1][index])
 
-        return TransformerState(
-            [pick(kv) for kv in self.cross_kv], [pick(kv) for kv in self.self_kv], self.position
-        )
+        cross = self.cross_kv if same_sources else [pick(kv) for kv in self.cross_kv]
+        return TransformerState(cross, [pick(kv) for kv in self.self_kv], self.position)
 
 
 class Transformer(nn.Module):
