@@ -129,15 +129,36 @@ class CTranslate2Translator:
             if i not in ids:
                 out[i] = Translation("", self.src_tokenizer.tokens(t), [], 0.0)
         limits = {n: _limit(n, g) for n in {len(s) for s in ids.values()}}
-        order = sorted(ids, key=lambda i: (limits[len(ids[i])], len(ids[i])))
-        for chunk in _batches(order, lambda i: limits[len(ids[i])], batch_size):
-            source = [[self.src_vocab[k] for k in ids[i]] for i in chunk]  # pieces, not ids
-            results = self._search(source, beams, limits[len(ids[chunk[0]])])
-            for i, result in zip(chunk, results):
-                hyps = self._ranked(result.hypotheses, result.scores, g.length_penalty)
-                first, *rest = [self._translation(texts[i], *h) for h in hyps[:n_best]]
-                first.alternatives = rest or None
-                out[i] = first
+        results = {}
+        # One CTranslate2 call per `batch_size` sentences of similar length, under the largest
+        # limit in the batch. A search under a larger limit runs exactly as under the smaller
+        # one until that limit; so if no hypothesis of a sentence grew past its own limit, the
+        # result is the one a search stopped at that limit would give. The (rare) sentences
+        # whose hypotheses did grow past it are searched again, grouped by limit.
+        order = sorted(ids, key=lambda i: len(ids[i]))
+        again = []
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            found = self._search(
+                [[self.src_vocab[k] for k in ids[i]] for i in chunk],  # pieces, not ids
+                beams,
+                max(limits[len(ids[i])] for i in chunk),
+            )
+            for i, result in zip(chunk, found):
+                limit = limits[len(ids[i])]
+                if all(len(h) <= limit for h in result.hypotheses):
+                    results[i] = result
+                else:
+                    again.append(i)
+        again.sort(key=lambda i: (limits[len(ids[i])], len(ids[i])))
+        for chunk in _batches(again, lambda i: limits[len(ids[i])], batch_size):
+            source = [[self.src_vocab[k] for k in ids[i]] for i in chunk]
+            results.update(zip(chunk, self._search(source, beams, limits[len(ids[chunk[0]])])))
+        for i, result in results.items():
+            hyps = self._ranked(result.hypotheses, result.scores, g.length_penalty)
+            first, *rest = [self._translation(texts[i], *h) for h in hyps[:n_best]]
+            first.alternatives = rest or None
+            out[i] = first
         return out  # type: ignore[return-value]
 
     def _search(self, source: list[list[str]], beams: int, limit: int):
