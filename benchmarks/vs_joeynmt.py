@@ -667,7 +667,10 @@ def report(result: dict) -> str:
         "(the heedful model, and its weights converted into a JoeyNMT checkpoint: the same "
         "network). Time = generation only, after loading, as JoeyNMT's own 'Generation took'. "
         "BLEU: sacreBLEU, detokenized, case-sensitive. 'same' = outputs identical to heedful's "
-        "own search.",
+        "own search. JoeyNMT runs with two changes that make it compute heedful's network "
+        "(JOEY_AS_HEEDFUL in the script): a bias on its output layer, and no </s> appended "
+        "to the source; its outputs differ from heedful's only by float round-off (the 'same' "
+        "column). int8 = `--quantize int8`; ctranslate2 = `--engine ctranslate2`.",
         "",
         "| search | engine | sentences/s | vs JoeyNMT | vs heedful | BLEU | same | peak MiB |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
@@ -700,10 +703,15 @@ def report(result: dict) -> str:
         "Model FLOPs (2 per multiply-add) of one forward pass over S source and T target "
         "tokens, with d = 256, d_ff = 1024, V = 8000, 3 encoder and 3 decoder layers:",
         "",
-        "    encoder = 3 · (S · (8d² + 4d·d_ff) + 4S²d)          QKVO projections, FFN, QKᵀ and AV",
-        "    decoder = 3 · (T · (12d² + 4d·d_ff) + 4S·d² + 4T²d + 4TSd)"
-        "   + cross-attention K, V of the source",
-        "    output  = 2T·d·V",
+        "    encoder  = 3 · (S·(8d² + 4d·d_ff) + 4S²d)",
+        "    decoder  = 3 · (T·(12d² + 4d·d_ff) + 4S·d² + 4T²d + 4TSd)",
+        "    output   = 2T·d·V",
+        "",
+        "8d²: the Q, K, V, O projections of self-attention; 4d·d_ff: the feed-forward layer; "
+        "4S²d (4T²d): QKᵀ and AV of self-attention; in the decoder 4d² more for the Q and O "
+        "projections of cross-attention, 4S·d² for its K and V (once per source token), and "
+        "4TSd for its QKᵀ and AV. Embedding lookups, norms, softmax and the loss are not counted.",
+        "",
         "    training = 3 × forward   (the backward pass costs about twice the forward)",
         "",
         f"Over the training set that is {per_token / 1e6:.1f} MFLOP per target token.",
