@@ -130,7 +130,8 @@ class TrainConfig:
     max_epochs: int | None = None
     max_time: float | None = None  # seconds of wall-clock training, then a clean final checkpoint
     accumulate: int = 1  # batches per optimizer step (gradient accumulation)
-    bf16: bool = False  # bfloat16 autocast for the forward pass
+    # bfloat16 autocast for the forward pass; None: on when training on a GPU that has it
+    bf16: bool | None = None
     lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
     warmup_steps: int = 200
     schedule: str = "inverse_sqrt"  # inverse_sqrt (Noam) | constant (after warm-up)

@@ -81,6 +81,16 @@ def learning_rate_factor(step: int, warmup_steps: int, schedule: str) -> float:
     return 1.0
 
 
+def use_bf16(setting: bool | None, device: str | torch.device) -> bool:
+    """train.bf16 as given, or (None) on for a CUDA GPU with bfloat16 support: there it
+    roughly halves the time and memory of the matmuls at no cost in accuracy that matters,
+    while on a CPU bfloat16 matmuls are often slower than float32."""
+    if setting is not None:
+        return setting
+    device = torch.device(device)
+    return device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     kind = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
     return kind(
@@ -182,7 +192,9 @@ def train(
     if dist.world_size > 1:
         net = nn.parallel.DistributedDataParallel(model)
     autocast = (
-        torch.autocast(torch.device(device).type, torch.bfloat16) if config.bf16 else nullcontext()
+        torch.autocast(torch.device(device).type, torch.bfloat16)
+        if use_bf16(config.bf16, device)
+        else nullcontext()
     )
     bar = tqdm(
         total=config.max_steps,
