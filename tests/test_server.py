@@ -251,6 +251,8 @@ BAD_JSON = [
     ({**GOOD, "q": ""}, "q is empty"),
     ({**GOOD, "q": "  \n "}, "q is empty"),
     ({**GOOD, "q": ["abc", ""]}, "q[1] is empty"),
+    ({**GOOD, "q": ["\x1e"]}, "q[0] is empty"),  # whitespace to Python, not to the schema's \s
+    ({**GOOD, "q": "\ufeff "}, "q is empty"),  # whitespace to the schema's \s, not to Python
     ({**GOOD, "q": []}, "q is an empty list"),
     ({**GOOD, "q": "a\ud800"}, "q holds an unpaired surrogate"),
     ({**GOOD, "q": 5}, "q must be a string"),
@@ -273,6 +275,7 @@ BAD_JSON = [
     ({**GOOD, "max_new_tokens": 0}, "max_new_tokens must be at least 1"),
     ({**GOOD, "return_attention": "yes"}, "return_attention must be true or false"),
     ({**GOOD, "format": "html"}, "format 'html' is not supported"),
+    ({**GOOD, **{f"x{i}": 1 for i in range(14)}}, "the body has 17 fields; the limit is 16"),
 ]
 
 
@@ -291,6 +294,17 @@ RAW_BODIES = [
     (b"q=abc", "text/plain", 415, "unsupported Content-Type 'text/plain'"),
     (b"x" * 4001, "application/json", 413, "over 4,000 bytes"),
 ]
+
+
+def test_forms_may_repeat_fields_but_not_exceed_the_field_limit(server):
+    # an extra field given three times and q given four times: 3 + 4 + 2 pairs, 4 fields
+    form = "x=1&x=2&x=3&q=abc&q=abd&q=abe&q=abf&source=en&target=de"
+    kind = {"Content-Type": "application/x-www-form-urlencoded"}
+    answer = requests.post(server.url + "/translate", data=form, headers=kind, timeout=30)
+    assert answer.status_code == 200 and len(answer.json()["translatedText"]) == 4, answer.text
+    many = form + "".join(f"&y{i}=1" for i in range(13))  # 4 + 13 = 17 fields
+    answer = requests.post(server.url + "/translate", data=many, headers=kind, timeout=30)
+    error(answer, 400, "the body has 17 fields; the limit is 16")
 
 
 @pytest.mark.parametrize("body, kind, status, fragment", RAW_BODIES, ids=[r[3] for r in RAW_BODIES])

@@ -160,6 +160,16 @@ def _boolean(data: dict, name: str, form: bool) -> bool:
     return value
 
 
+# A text needs one character that is neither Python's whitespace (str.isspace, which also
+# counts the separators \x1c-\x1f and \x85) nor the JSON-Schema regex's \s (which also counts
+# U+FEFF): the OpenAPI pattern below and this check then agree on every string.
+_NOT_BLANK = r"[^\s\x1c-\x1f\x85\ufeff]"
+
+
+def _blank(text: str) -> bool:
+    return re.search(_NOT_BLANK, text) is None
+
+
 def _texts(data: dict, limits: ServerLimits) -> tuple[list[str], bool]:
     if "q" not in data:
         raise ApiError(400, "missing field q: the text to translate (a string or a list)")
@@ -176,7 +186,7 @@ def _texts(data: dict, limits: ServerLimits) -> tuple[list[str], bool]:
         where = f"q[{i}]" if is_list else "q"
         if not isinstance(text, str):
             raise ApiError(400, f"{where} must be a string, got {type(text).__name__}")
-        if not text.strip():
+        if _blank(text):
             raise ApiError(400, f"{where} is empty: there is nothing to translate")
         if not text.isascii() and _SURROGATE.search(text):  # JSON's "\ud800" decodes alone
             raise ApiError(400, f"{where} holds an unpaired surrogate: not valid Unicode text")
@@ -576,10 +586,25 @@ def _form_fields(pairs) -> dict[str, Any]:
     return data
 
 
-async def decode_body(headers, body: bytes, limits: ServerLimits) -> tuple[dict, bool]:
+# Fields one request may have, unknown ones included (clients of LibreTranslate send extras
+# such as api_key); the schema says so as maxProperties. A form repeats a field once per value
+# (q once per text), so its raw pairs are only capped to bound the parsing, far above what a
+# valid request needs; the limits that matter apply to the fields it collapses to.
+MAX_FIELDS = 16
+_MAX_FORM_PAIRS = 10_000
+
+
+async def decode_body(headers, body: bytes) -> tuple[dict, bool]:
     """(fields, from_form): a JSON object, or the fields of a form (their values are text)."""
+    data, from_form = await _decode_body(headers, body)
+    if len(data) > MAX_FIELDS:
+        raise ApiError(400, f"the body has {len(data)} fields; the limit is {MAX_FIELDS}")
+    return data, from_form
+
+
+async def _decode_body(headers, body: bytes) -> tuple[dict, bool]:
     kind = headers.get("content-type", "").split(";")[0].strip().lower()
-    max_fields = limits.max_items + 16
+    max_fields = _MAX_FORM_PAIRS
     if kind in ("", "application/json") or kind.endswith("+json"):
         try:
             data = json.loads(body)
@@ -972,7 +997,7 @@ def _add_routes(app, state: _State, batcher: Batcher, languages, limits, model_d
 
     async def _answer(request) -> bytes:
         body = await read_body(request, limits.max_body_bytes)
-        data, form = await decode_body(request.headers, body, limits)
+        data, form = await decode_body(request.headers, body)
         parsed = parse_request(data, limits, languages, form)
         searches, attention = state.service.plan(parsed)  # type: ignore[union-attr]
         future = asyncio.get_running_loop().create_future()
@@ -1038,11 +1063,12 @@ def _json(schema: dict) -> dict:
 
 def _openapi_schemas(languages: tuple[str, str], limits: ServerLimits) -> dict[str, dict]:
     src, tgt = languages
-    text = {"type": "string", "minLength": 1, "maxLength": limits.max_chars, "pattern": r"\S"}
+    text = {"type": "string", "minLength": 1, "maxLength": limits.max_chars, "pattern": _NOT_BLANK}
     strings = {"type": "array", "items": {"type": "string"}}
     request = {
         "type": "object",
         "required": ["q", "source", "target"],
+        "maxProperties": MAX_FIELDS,
         "properties": {
             "q": {
                 "anyOf": [
