@@ -1,11 +1,16 @@
+import os
 import random
 from pathlib import Path
 
-import pytest
-import torch
-
 # The tests use tiny tensors: one thread avoids OpenMP start-up and barrier costs that dominate
-# at this size (and collapse when another process shares the two cores).
+# at this size (and collapse when another process shares the two cores). Set in the
+# environment, before torch loads, so that the commands the tests run (--threads unset) and
+# the subprocesses they start keep to it too (heedful.cpu.set_threads respects it).
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
 torch.set_num_threads(1)
 
 LETTERS = "abcdefgh"

