@@ -43,10 +43,10 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
     quantize_dynamic (Jacob et al. 2018's scheme, applied after training) stores each Linear's
     weights as int8 with one scale per output row and quantizes the activations per batch on
-    the fly, so a matrix product runs in int8 and is rescaled to float: the weights shrink 4x and the
-    Linear-heavy decoding loop speeds up on CPU. Embeddings, norms and attention stay float32.
-    A Linear whose `.weight` is read directly (Luong's concat score slices W_a) is kept float,
-    since a quantized Linear has no `.weight` tensor to slice.
+    the fly, so a matrix product runs in int8 and is rescaled to float: the weights shrink 4x
+    and the Linear-heavy decoding loop speeds up on CPU. Embeddings, norms and attention stay
+    float32. A Linear whose `.weight` is read directly (Luong's concat score slices W_a) is
+    kept float, since a quantized Linear has no `.weight` tensor to slice.
     """
     names = {
         name
