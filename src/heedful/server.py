@@ -4,16 +4,25 @@
                             [--engine torch|ctranslate2] [--quantize int8]
 
     POST /translate   {"q": str | [str], "source": "en", "target": "de"} -> {"translatedText": ...}
+    POST /detect      {"q": str} -> [{"language": "en", "confidence": 100.0}]
     GET  /languages   [{"code", "name", "targets"}]
     GET  /health      alive, with the batcher's counters;  GET /ready: 200 once the model is loaded
     GET  /            a page to translate and explore the attention (works offline: no CDN)
-    GET  /docs, /openapi.json
+    GET  /docs, /openapi.json                          (HEAD works wherever GET does)
+
+As in LibreTranslate, the fields may come as JSON, as a form, or in the query string (which is
+how deep-translator sends them, with an empty body). A request with a body carries q, source and
+target in it; the query string may add the other fields. A field in both places must be valid
+in both, and the body's value is the one used.
 
 Concurrent requests meet in one queue. The batcher takes whatever arrived within `max_wait_ms`
 (up to `max_batch_size` sentences) and translates it in one worker thread, so the event loop keeps
 answering while the model computes and throughput grows with load. Every limit is a field of
-ServerLimits; errors are JSON `{"error": "message"}`: 400 bad input, 413 body too large,
-415 neither JSON nor a form, 503 saturated or still loading, 504 over the time limit.
+ServerLimits; errors are JSON `{"error": "message"}`: 400 bad input, 408 body too slow,
+413 body too large, 415 neither JSON nor a form, 503 saturated or still loading, 504 over the
+time limit. A request counts as in flight only once its body has arrived, and a connection
+that is slow to send its headers or sits idle is closed (uvicorn_config), so neither slow nor
+idle clients take room from real requests.
 
 FastAPI, uvicorn and python-multipart (the `serve` extra) are imported inside the functions that
 need them, so `heedful` without the extra still runs everything else.
@@ -27,8 +36,9 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from html import escape
 from pathlib import Path
@@ -70,13 +80,25 @@ class ServerLimits:
         8 << 20, "Bytes of the attention traces of one request (return_attention); 400 beyond."
     )
     max_in_flight: int = _limit(
-        32, "Requests queued or translating at once; further requests get 503 at once."
+        32,
+        "Requests queued or translating at once (counted once their body has arrived); "
+        "further requests get 503 at once.",
     )
-    request_timeout: float = _limit(30.0, "Seconds from arrival to answer; then 504.")
+    request_timeout: float = _limit(30.0, "Seconds from a request's body to its answer; then 504.")
+    header_timeout: float = _limit(
+        10.0,
+        "Seconds a connection may take to send a request's headers, counted from its opening "
+        "or its last answer (keep-alive); then it is closed.",
+    )
+    body_timeout: float = _limit(
+        10.0, "Seconds a request may take to send its body; then 408 and the connection closes."
+    )
     max_batch_size: int = _limit(32, "Sentences translated together (1: one at a time).")
     max_wait_ms: float = _limit(5.0, "How long a batch waits for more requests to join it.")
     max_connections: int = _limit(
-        256, "Open connections; past it uvicorn itself answers a plain-text 503."
+        256,
+        "Open connections. A new one past it closes the longest-idle connection (one with no "
+        "request under way); when none is idle, uvicorn answers a plain-text 503.",
     )
 
     def __post_init__(self) -> None:
@@ -136,12 +158,10 @@ def _shown(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _integer(data: dict, name: str, smallest: int, form: bool) -> int | None:
+def _integer(data: dict, name: str, smallest: int) -> int | None:
     value = data.get(name)
     if value is None:
         return None
-    if form and isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,9}\s*", value):
-        value = int(value)
     if isinstance(value, float) and value.is_integer():  # JSON Schema's integers include 3.0
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
@@ -151,13 +171,29 @@ def _integer(data: dict, name: str, smallest: int, form: bool) -> int | None:
     return value
 
 
-def _boolean(data: dict, name: str, form: bool) -> bool:
+def _boolean(data: dict, name: str) -> bool:
     value = data.get(name, False)
-    if form and isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        value = value.strip().lower() in _TRUE
     if not isinstance(value, bool):
         raise ApiError(400, f"{name} must be true or false, got {_shown(value)}")
     return value
+
+
+_INTEGERS, _BOOLEANS = ("alternatives", "num_beams", "max_new_tokens"), ("return_attention",)
+
+
+def typed_text_fields(data: dict) -> dict:
+    """A form's or a query string's fields, whose values are all text, with the numbers and
+    true/false they spell made so; other text stays as it is for the checks to name."""
+    typed = dict(data)
+    for name in _INTEGERS:
+        value = typed.get(name)
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,9}\s*", value):
+            typed[name] = int(value)
+    for name in _BOOLEANS:
+        value = typed.get(name)
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            typed[name] = value.strip().lower() in _TRUE
+    return typed
 
 
 # A text needs one character that is neither Python's whitespace (str.isspace, which also
@@ -199,10 +235,22 @@ def _texts(data: dict, limits: ServerLimits) -> tuple[list[str], bool]:
     return texts, is_list
 
 
-def parse_request(
-    data: dict, limits: ServerLimits, languages: tuple[str, str], form: bool = False
-) -> TranslateRequest:
-    """Check a decoded body (JSON object or form fields); ApiError(400) names what is wrong.
+def _api_key(data: dict) -> None:
+    """LibreTranslate's api_key is accepted and ignored, but it is text, as the schema says."""
+    if not isinstance(data.get("api_key", ""), str):
+        raise ApiError(400, f"api_key must be a string, got {_shown(data['api_key'])}")
+
+
+def parse_detect(data: dict, limits: ServerLimits) -> list[str]:
+    """Check the fields of a /detect request: the texts of q, within the limits of /translate."""
+    texts, _ = _texts(data, limits)
+    _api_key(data)
+    return texts
+
+
+def parse_request(data: dict, limits: ServerLimits, languages: tuple[str, str]) -> TranslateRequest:
+    """Check a request's fields (a JSON object, or form or query fields through
+    typed_text_fields); ApiError(400) names what is wrong.
 
     Unknown fields (LibreTranslate's `api_key`, say) are ignored, as LibreTranslate does.
     """
@@ -219,13 +267,14 @@ def parse_request(
         )
     if data.get("format", "text") != "text":
         raise ApiError(400, f"format {str(data['format'])[:20]!r} is not supported; use 'text'")
+    _api_key(data)
     return TranslateRequest(
         texts,
         is_list,
-        _integer(data, "alternatives", 0, form) or 0,
-        _integer(data, "num_beams", 1, form),
-        _integer(data, "max_new_tokens", 1, form),
-        _boolean(data, "return_attention", form),
+        _integer(data, "alternatives", 0) or 0,
+        _integer(data, "num_beams", 1),
+        _integer(data, "max_new_tokens", 1),
+        _boolean(data, "return_attention"),
     )
 
 
@@ -554,23 +603,50 @@ class Batcher:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading a body: JSON, urlencoded or multipart form, never more than max_body_bytes
+# Reading a request: query string and body (JSON, urlencoded or multipart form), never more
+# than max_body_bytes, never slower than body_timeout
 # ---------------------------------------------------------------------------------------------
 
 
 async def read_body(request, limit: int) -> bytes:
     """The body, or ApiError(413) as soon as it passes `limit` (declared or streamed)."""
+    from starlette.requests import ClientDisconnect
+
     declared = request.headers.get("content-length", "")
     too_large = ApiError(413, f"the request body is over {limit:,} bytes (--max-body-bytes)")
     if declared.isdigit() and int(declared) > limit:
         raise too_large
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+    except ClientDisconnect:  # the client's doing, not a fault of ours: one line, no traceback
+        client = request.client
+        log.info(
+            "client %s disconnected after %d bytes of its request body",
+            f"{client.host}:{client.port}" if client else "?",
+            size,
+        )
+        raise ApiError(400, "the client disconnected before its body was complete") from None
     return b"".join(chunks)
+
+
+async def read_timely_body(request, limits: ServerLimits) -> bytes:
+    """read_body within --body-timeout: a client that stalls mid-body gets 408 and its
+    connection is closed (it cannot be reused with a body half read)."""
+    try:
+        return await asyncio.wait_for(
+            read_body(request, limits.max_body_bytes), limits.body_timeout
+        )
+    except asyncio.TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {limits.body_timeout:g} s (--body-timeout)",
+            {"Connection": "close"},
+        ) from None
 
 
 def _form_fields(pairs) -> dict[str, Any]:
@@ -594,36 +670,69 @@ MAX_FIELDS = 16
 _MAX_FORM_PAIRS = 10_000
 
 
-async def decode_body(headers, body: bytes) -> tuple[dict, bool]:
-    """(fields, from_form): a JSON object, or the fields of a form (their values are text)."""
-    data, from_form = await _decode_body(headers, body)
+def _capped(data: dict, where: str) -> dict:
     if len(data) > MAX_FIELDS:
-        raise ApiError(400, f"the body has {len(data)} fields; the limit is {MAX_FIELDS}")
-    return data, from_form
+        raise ApiError(400, f"{where} has {len(data)} fields; the limit is {MAX_FIELDS}")
+    return data
 
 
-async def _decode_body(headers, body: bytes) -> tuple[dict, bool]:
-    kind = headers.get("content-type", "").split(";")[0].strip().lower()
-    max_fields = _MAX_FORM_PAIRS
+def _urlencoded(raw: bytes, what: str) -> dict[str, Any]:
+    """The fields of a query string or an urlencoded form, which must be UTF-8."""
+    try:
+        pairs = parse_qsl(
+            raw.decode("utf-8"),
+            keep_blank_values=True,
+            errors="strict",
+            max_num_fields=_MAX_FORM_PAIRS,
+        )
+    except ValueError as error:  # bad UTF-8, or too many fields
+        raise ApiError(400, f"invalid {what}: {str(error)[:200]}") from None
+    return _form_fields(pairs)
+
+
+def _not_a_number(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_object(body: bytes) -> dict:
+    """A JSON object, strictly: UTF-8 (RFC 8259 §8.1), and no NaN or Infinity, which Python
+    would read but JSON does not have."""
+    try:
+        data = json.loads(body.decode("utf-8"), parse_constant=_not_a_number)
+    except UnicodeDecodeError as error:
+        raise ApiError(
+            400, f"invalid JSON: not UTF-8 ({error.reason} at byte {error.start})"
+        ) from None
+    except (ValueError, RecursionError) as error:
+        raise ApiError(400, f"invalid JSON: {str(error)[:200]}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, f"the body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _media_type(headers) -> str:
+    """The Content-Type without its parameters; a charset other than UTF-8 is refused (415)
+    rather than read as UTF-8 and misunderstood."""
+    kind, *parameters = headers.get("content-type", "").split(";")
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            raise ApiError(415, f"unsupported charset {charset[:20]!r}: send UTF-8")
+    return kind.strip().lower()
+
+
+async def decode_body(headers, body: bytes) -> dict:
+    """The body's fields: a JSON object, or a form's fields through typed_text_fields."""
+    return _capped(await _decode_body(headers, body), "the body")
+
+
+async def _decode_body(headers, body: bytes) -> dict:
+    kind = _media_type(headers)
     if kind in ("", "application/json") or kind.endswith("+json"):
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError) as error:  # bad UTF-8 is a ValueError too
-            raise ApiError(400, f"invalid JSON: {str(error)[:200]}") from None
-        if not isinstance(data, dict):
-            raise ApiError(400, f"the body must be a JSON object, got {type(data).__name__}")
-        return data, False
+        return _json_object(body)
     if kind == "application/x-www-form-urlencoded":
-        try:
-            pairs = parse_qsl(
-                body.decode("utf-8"),
-                keep_blank_values=True,
-                errors="strict",
-                max_num_fields=max_fields,
-            )
-        except ValueError as error:  # bad UTF-8, or too many fields
-            raise ApiError(400, f"invalid form: {str(error)[:200]}") from None
-        return _form_fields(pairs), True
+        return typed_text_fields(_urlencoded(body, "form"))
     if kind == "multipart/form-data":
         from starlette.formparsers import MultiPartException, MultiPartParser
 
@@ -632,16 +741,52 @@ async def _decode_body(headers, body: bytes) -> tuple[dict, bool]:
 
         try:
             form = await MultiPartParser(
-                headers, stream(), max_files=0, max_fields=max_fields
+                headers, stream(), max_files=0, max_fields=_MAX_FORM_PAIRS
             ).parse()
         except (MultiPartException, ValueError) as error:
             raise ApiError(400, f"invalid form: {str(error)[:200]}") from None
-        return _form_fields(form.multi_items()), True
+        return typed_text_fields(_form_fields(form.multi_items()))
     raise ApiError(
         415,
         f"unsupported Content-Type {kind[:60]!r}: send application/json or a form "
         "(application/x-www-form-urlencoded, multipart/form-data)",
     )
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A request's fields from its query string and from its body (either may be empty)."""
+
+    query: dict
+    body: dict
+
+    def readings(self) -> list[dict]:
+        """The fields as used: the body's value where both give one. When both do, the other
+        way round as well, for the checks: every value sent must be valid."""
+        used = {**self.query, **self.body}
+        if self.query.keys() & self.body.keys():
+            return [used, {**self.body, **self.query}]
+        return [used]
+
+
+async def read_fields(request, limits: ServerLimits, required: tuple[str, ...]) -> Fields:
+    """The query string's fields and the body's. A request with a body carries the `required`
+    fields in it (the query string may add others); one without a body, as deep-translator
+    sends them, has them all in the query string."""
+    raw_query = request.scope.get("query_string", b"")
+    query = typed_text_fields(_capped(_urlencoded(raw_query, "query string"), "the query string"))
+    body = await read_timely_body(request, limits)
+    if not body:  # no body (Content-Length: 0), whatever its Content-Type says
+        return Fields(query, {})
+    fields = await decode_body(request.headers, body)
+    for name in required:
+        if name not in fields and name in query:
+            raise ApiError(
+                400,
+                f"missing field {name} in the body (it is in the query string): a request with "
+                f"a body carries {', '.join(required)} in it",
+            )
+    return Fields(query, fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -959,6 +1104,40 @@ def _version() -> str:
     return __version__
 
 
+def _ready(state: _State) -> TranslationService:
+    if state.service is None:
+        raise ApiError(503, _not_ready(state), {"Retry-After": "1"})
+    return state.service
+
+
+@contextmanager
+def _in_flight(state: _State, limits: ServerLimits) -> Iterator[None]:
+    """Count a request from its queueing to its answer; 503 at once past --max-in-flight.
+    Only requests whose body has arrived get here: a client slow to send one holds no room."""
+    if state.in_flight >= limits.max_in_flight:
+        raise ApiError(
+            503,
+            f"the server is saturated: {state.in_flight} requests in flight, the limit is "
+            f"{limits.max_in_flight} (--max-in-flight); retry shortly",
+            {"Retry-After": "1"},
+        )
+    state.in_flight += 1
+    try:
+        yield
+    finally:
+        state.in_flight -= 1
+
+
+def _get(app, path: str, **options) -> Callable:
+    """A GET route that answers HEAD as well (uvicorn sends HEAD's headers without the body)."""
+
+    def register(endpoint):
+        app.head(path, **options)(endpoint)
+        return app.get(path, **options)(endpoint)
+
+    return register
+
+
 def _add_routes(app, state: _State, batcher: Batcher, languages, limits, model_dir) -> None:
     from fastapi import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -970,41 +1149,45 @@ def _add_routes(app, state: _State, batcher: Batcher, languages, limits, model_d
     @app.post(
         "/translate",
         responses=_responses(schemas, "TranslateResponse"),
-        openapi_extra=_request_body(schemas),
+        openapi_extra=_request_body(schemas, "TranslateRequest"),
     )
     async def translate(request: Request):
         """Translate `q` (a string, or a list of strings) from `source` to `target`."""
-        if state.service is None:
-            raise ApiError(503, _not_ready(state), {"Retry-After": "1"})
-        if state.in_flight >= limits.max_in_flight:
-            raise ApiError(
-                503,
-                f"the server is saturated: {state.in_flight} requests in flight, the limit is "
-                f"{limits.max_in_flight} (--max-in-flight); retry shortly",
-                {"Retry-After": "1"},
-            )
-        state.in_flight += 1
-        try:
-            body = await asyncio.wait_for(_answer(request), limits.request_timeout)
-        except asyncio.TimeoutError:
-            raise ApiError(
-                504,
-                f"the request took longer than {limits.request_timeout:g} s (--request-timeout)",
-            ) from None
-        finally:
-            state.in_flight -= 1
-        return Response(body, media_type="application/json")
-
-    async def _answer(request) -> bytes:
-        body = await read_body(request, limits.max_body_bytes)
-        data, form = await decode_body(request.headers, body)
-        parsed = parse_request(data, limits, languages, form)
-        searches, attention = state.service.plan(parsed)  # type: ignore[union-attr]
+        service = _ready(state)
+        fields = await read_fields(request, limits, ("q", "source", "target"))
+        parsed, *shadowed = [parse_request(data, limits, languages) for data in fields.readings()]
+        searches, attention = service.plan(parsed)
+        for other in shadowed:  # a query value the body overrides must be valid all the same
+            service.plan(other)
         future = asyncio.get_running_loop().create_future()
-        outputs = await batcher.submit(Job(parsed.texts, searches, attention, future))
-        return response_body(parsed, outputs)
+        with _in_flight(state, limits):
+            try:
+                outputs = await asyncio.wait_for(
+                    batcher.submit(Job(parsed.texts, searches, attention, future)),
+                    limits.request_timeout,
+                )
+            except asyncio.TimeoutError:
+                raise ApiError(
+                    504,
+                    f"the request took longer than {limits.request_timeout:g} s "
+                    "(--request-timeout)",
+                ) from None
+        return Response(response_body(parsed, outputs), media_type="application/json")
 
-    @app.get("/languages", responses=_responses(schemas, "Languages", ()))
+    @app.post(
+        "/detect",
+        responses=_responses(schemas, "Detections", (400, 408, 413, 415)),
+        openapi_extra=_request_body(schemas, "DetectRequest"),
+    )
+    async def detect(request: Request):
+        """The language of `q` (LibreTranslate's /detect). This model reads one language, so
+        that is the answer, with confidence 100: no other was considered."""
+        fields = await read_fields(request, limits, ("q",))
+        for data in fields.readings():
+            parse_detect(data, limits)
+        return JSONResponse([{"language": src, "confidence": 100.0}])
+
+    @_get(app, "/languages", responses=_responses(schemas, "Languages", ()))
     async def languages_list():
         """The languages this model reads and writes (LibreTranslate's format)."""
         listed = [{"code": src, "name": _language_name(src), "targets": [tgt]}]
@@ -1012,7 +1195,7 @@ def _add_routes(app, state: _State, batcher: Batcher, languages, limits, model_d
             listed.append({"code": tgt, "name": _language_name(tgt), "targets": []})
         return JSONResponse(listed)
 
-    @app.get("/health", responses=_responses(schemas, "Health", ()))
+    @_get(app, "/health", responses=_responses(schemas, "Health", ()))
     async def health():
         """Alive; with how many requests are in flight and how they were batched."""
         stats = batcher.stats
@@ -1028,21 +1211,17 @@ def _add_routes(app, state: _State, batcher: Batcher, languages, limits, model_d
             }
         )
 
-    @app.get("/ready", responses=_responses(schemas, "Ready", (503,)))
+    @_get(app, "/ready", responses=_responses(schemas, "Ready", (503,)))
     async def ready():
         """200 once the model is loaded and translating; 503 before."""
-        if state.service is None:
-            raise ApiError(503, _not_ready(state), {"Retry-After": "1"})
+        _ready(state)
         return JSONResponse({"status": "ready", "model": model_dir.name, "languages": [src, tgt]})
 
-    @app.get("/", include_in_schema=False)
+    @_get(app, "/", include_in_schema=False)
     async def index():
-        if state.service is None:
-            raise ApiError(503, _not_ready(state), {"Retry-After": "1"})
+        service = _ready(state)
         if not page:
-            page.append(
-                index_page(languages, limits, state.service.translator.generation.num_beams)
-            )
+            page.append(index_page(languages, limits, service.translator.generation.num_beams))
         return HTMLResponse(page[0])
 
 
@@ -1065,17 +1244,19 @@ def _openapi_schemas(languages: tuple[str, str], limits: ServerLimits) -> dict[s
     src, tgt = languages
     text = {"type": "string", "minLength": 1, "maxLength": limits.max_chars, "pattern": _NOT_BLANK}
     strings = {"type": "array", "items": {"type": "string"}}
+    q = {
+        "anyOf": [
+            text,
+            {"type": "array", "items": text, "minItems": 1, "maxItems": limits.max_items},
+        ]
+    }
+    api_key = {"type": "string", "description": "accepted and ignored"}
     request = {
         "type": "object",
         "required": ["q", "source", "target"],
         "maxProperties": MAX_FIELDS,
         "properties": {
-            "q": {
-                "anyOf": [
-                    text,
-                    {"type": "array", "items": text, "minItems": 1, "maxItems": limits.max_items},
-                ]
-            },
+            "q": q,
             "source": {"type": "string", "enum": [src, "auto"], "description": "auto: " + src},
             "target": {"type": "string", "enum": [tgt]},
             "format": {"type": "string", "enum": ["text"], "default": "text"},
@@ -1093,8 +1274,14 @@ def _openapi_schemas(languages: tuple[str, str], limits: ServerLimits) -> dict[s
             },
             "max_new_tokens": {"type": "integer", "minimum": 1, "maximum": limits.max_new_tokens},
             "return_attention": {"type": "boolean", "default": False},
-            "api_key": {"type": "string", "description": "accepted and ignored"},
+            "api_key": api_key,
         },
+    }
+    detect = {
+        "type": "object",
+        "required": ["q"],
+        "maxProperties": MAX_FIELDS,
+        "properties": {"q": q, "api_key": api_key},
     }
     response = {
         "type": "object",
@@ -1112,6 +1299,18 @@ def _openapi_schemas(languages: tuple[str, str], limits: ServerLimits) -> dict[s
     return {
         "TranslateRequest": request,
         "TranslateResponse": response,
+        "DetectRequest": detect,
+        "Detections": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["language", "confidence"],
+                "properties": {
+                    "language": {"type": "string", "enum": [src]},
+                    "confidence": {"type": "number", "minimum": 0, "maximum": 100},
+                },
+            },
+        },
         "Error": {
             "type": "object",
             "required": ["error"],
@@ -1153,8 +1352,9 @@ def _openapi_schemas(languages: tuple[str, str], limits: ServerLimits) -> dict[s
 _ERRORS = {
     400: "invalid input: a missing or wrong field, an empty text, an unsupported language "
     "pair, a text or batch over its limit, invalid JSON",
+    408: "the body did not arrive within --body-timeout",
     413: "the body is over --max-body-bytes",
-    415: "the body is neither JSON nor a form",
+    415: "the body is neither JSON nor a form, or not UTF-8",
     503: "saturated (--max-in-flight) or the model is still loading",
     504: "the request took longer than --request-timeout",
 }
@@ -1168,17 +1368,118 @@ def _responses(schemas: dict, ok: str, statuses=tuple(_ERRORS)) -> dict:
     return answers
 
 
-def _request_body(schemas: dict) -> dict:
-    schema = schemas["TranslateRequest"]
+def _request_body(schemas: dict, name: str) -> dict:
+    """The fields of request `name`, in the body (JSON or a form) or in the query string.
+
+    Where a field comes from is beyond JSON Schema, so the query parameters are all optional
+    here and the body is required: every request this describes is answered as it says. (A
+    request without a body, all its fields in the query string, is served too.)"""
+    schema = schemas[name]
+    query = [
+        {
+            "name": field_name,
+            "in": "query",
+            "required": False,
+            # a list q is q repeated: ?q=a&q=b; the schema of one value is the string's
+            "schema": field_schema["anyOf"][0] if field_name == "q" else field_schema,
+        }
+        for field_name, field_schema in schema["properties"].items()
+    ]
     return {
+        "parameters": query,
         "requestBody": {
             "required": True,
             "content": {
                 "application/json": {"schema": schema},
                 "application/x-www-form-urlencoded": {"schema": schema},
             },
-        }
+        },
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Connections: a deadline for each request's headers, and idle ones make room for new ones
+# ---------------------------------------------------------------------------------------------
+
+
+def _http_protocol(limits: ServerLimits) -> type:
+    """uvicorn's HTTP/1.1 protocol (h11) with a deadline for a request's headers.
+
+    uvicorn's keep-alive timer starts only after an answer and stops at any byte, so a
+    connection that never sends a request, or sends it a byte at a time, stays open for ever;
+    256 of them filled --max-connections and every real request got 503. Here a connection
+    waiting for a request is closed --header-timeout seconds after it began waiting, whatever
+    it sends meanwhile, and a new connection past --max-connections closes the longest-idle one.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadlineProtocol(H11Protocol):
+        idle_since: float | None = None  # when it began waiting for a request's headers
+        deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.watch()
+            if len(self.connections) > limits.max_connections:
+                self.make_room()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self.watch()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.watch()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.stop_watching()
+            super().connection_lost(exc)
+
+        def watch(self) -> None:
+            """Start the deadline when the connection begins to wait for a request (h11: the
+            client is IDLE), stop it once a request's headers are in."""
+            waiting = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+            if waiting and self.deadline is None:
+                self.idle_since = self.loop.time()
+                self.deadline = self.loop.call_later(limits.header_timeout, self.close_idle)
+            elif not waiting:
+                self.stop_watching()
+
+        def stop_watching(self) -> None:
+            if self.deadline is not None:
+                self.deadline.cancel()
+            self.deadline = self.idle_since = None
+
+        def close_idle(self) -> None:
+            self.stop_watching()
+            self.timeout_keep_alive_handler()  # uvicorn's: ends the h11 connection, closes it
+
+        def make_room(self) -> None:
+            idle = [c for c in self.connections if getattr(c, "idle_since", None) is not None]
+            idle = [c for c in idle if c is not self]
+            if idle:  # none idle: uvicorn answers this connection's request with 503
+                min(idle, key=lambda c: c.idle_since).close_idle()
+                log.debug("over --max-connections: closed the longest-idle connection")
+
+    return HeaderDeadlineProtocol
+
+
+def uvicorn_config(app, limits: ServerLimits, **options):
+    """uvicorn's settings for `app` within `limits`; `options` (host, port, log_level, ...)
+    go to uvicorn.Config as they are."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        http=_http_protocol(limits),
+        # uvicorn refuses a request when the open connections, its own included, reach this;
+        # idle ones close to make room, so --max-connections requests can be under way at once
+        limit_concurrency=limits.max_connections + 1,
+        timeout_keep_alive=limits.header_timeout,  # (the protocol's deadline is the stricter)
+        timeout_graceful_shutdown=math.ceil(limits.body_timeout + limits.request_timeout) + 5,
+        **options,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1209,14 +1510,8 @@ def serve(
         server[0].should_exit = True
 
     app = create_app(model_dir, limits, on_load_error, engine, quantize)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=access_log,
-        limit_concurrency=limits.max_connections,
-        timeout_graceful_shutdown=math.ceil(limits.request_timeout) + 5,
+    config = uvicorn_config(
+        app, limits, host=host, port=port, log_level=log_level, access_log=access_log
     )
     server.append(uvicorn.Server(config))
     server[0].run()
