@@ -36,6 +36,10 @@ def test_yaml_and_overrides(tmp_path):
         ("model:\n  arch: lstm\n", "model.arch: 'lstm' is not one of"),
         ("model:\n  d_model: 30\n  num_heads: 4\n", "divisible by model.num_heads"),
         ("train:\n  label_smoothing: 1.5\n", "train.label_smoothing"),
+        ("train:\n  lr: .inf\n", "train.lr: must be a finite number"),
+        ("model:\n  dropout: .nan\n", "model.dropout: must be a finite number"),
+        ("train:\n  patience: 0\n", "train.patience: must be > 0"),
+        ("train:\n  betas: [0.9, 1.0]\n", r"train.betas\[1\]: must be in \[0, 1\)"),
         ("- a\n- b\n", "top level must be a mapping"),
     ],
 )
@@ -52,5 +56,8 @@ def test_bad_overrides_and_missing_file(tmp_path):
         load_config(None, ["train.max_stepz=3"])
     with pytest.raises(ConfigError, match="section.key=value"):
         load_config(None, ["train.max_steps"])
+    with pytest.raises(ConfigError, match="train.max_steps: the value '\\[1' is not valid YAML"):
+        load_config(None, ["train.max_steps=[1"])
+    assert load_config(None, ["train.lr=1e-4"]).train.lr == 1e-4  # YAML 1.1 says: a string
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.yaml")

@@ -14,16 +14,18 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import warnings
 from types import SimpleNamespace
 
 import pytest
-import sacrebleu
 import torch
 from click.testing import CliRunner
+from margins import clear_beam_disagreements, clear_disagreements
 
 from heedful.checkpoint import CheckpointError, GenerationConfig, save_model_dir
 from heedful.cli import main
 from heedful.config import ModelConfig
+from heedful.cpu import Int8Fallback, int8_support
 from heedful.data.tokenizers import EOS, EOS_ID, CharTokenizer
 from heedful.export import export_ctranslate2, vocabulary
 from heedful.models.build import build_model
@@ -31,6 +33,7 @@ from heedful.runtime import CTranslate2Translator, load_translator
 from heedful.translator import Translator
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+NEAR_TIE = 1e-3  # nats: float32 rounding differences between engines are about 1e-5
 
 
 def random_model_dir(path, norm="post", tie=False, positional="sinusoidal"):
@@ -94,10 +97,15 @@ def test_ctranslate2_gives_our_outputs(tmp_path, norm, tie, positional):
         )
 
     greedy, greedy_ct2 = both(num_beams=1)
-    assert same_outputs(greedy, greedy_ct2) == 1.0
+    # The same outputs, except where float32 itself could not tell two tokens apart (rounding
+    # differs between the two engines' kernels, and by CPU): here, all 100 are the same.
+    assert clear_disagreements(ours, texts, greedy, greedy_ct2, margin=NEAR_TIE) == []
+    assert same_outputs(greedy, greedy_ct2) >= 0.95
     # both endings are tested: outputs that end in </s>, and outputs cut at the length limit
     assert {t.tokens[-1:] == [EOS] for t in greedy if t.tokens} == {True, False}
-    assert same_outputs(*both(num_beams=4, length_penalty=0.0)) == 1.0
+    beam, beam_ct2 = both(num_beams=4, length_penalty=0.0)
+    assert clear_beam_disagreements(ours, texts, beam, beam_ct2, margin=NEAR_TIE) == []
+    assert same_outputs(beam, beam_ct2) >= 0.95
     assert same_outputs(*both(num_beams=4, length_penalty=1.0)) >= 0.9
     assert same_outputs(*both(num_beams=4, n_best=3, length_penalty=0.0)) >= 0.9
     # the model directory itself, converted on loading, is the same model
@@ -158,31 +166,39 @@ def test_the_vocabulary_is_our_tokens_in_id_order(tmp_path):
         vocabulary(twice)
 
 
-def test_int8_stays_close_to_float32(reverse_model_dir, reverse_test_set, tmp_path):
-    """The same criterion as tests/test_quantize.py: at most 0.5 BLEU lost, 95% the same."""
+def test_int8_where_the_cpu_makes_it_exact_and_float32_elsewhere(
+    reverse_model_dir, reverse_test_set, tmp_path
+):
+    """CTranslate2 computes in int8 only on a CPU with VNNI (heedful.cpu): without it, int8
+    lost 19 BLEU on this model (forced AVX2: 76.9 against 95.7) and ran slower than float32.
+    Where it does compute in int8, it changes no decision float32 made clearly."""
     export_ctranslate2(reverse_model_dir, tmp_path / "fp32")
     export_ctranslate2(reverse_model_dir, tmp_path / "int8", quantization="int8")
-    sources, references = zip(*reverse_test_set)
-    runs = {
-        "fp32": load_translator(tmp_path / "fp32", "ctranslate2"),
-        "int8 weights": load_translator(tmp_path / "int8", "ctranslate2"),
-        "int8 compute": load_translator(tmp_path / "fp32", "ctranslate2", quantize="int8"),
-    }
+    sources = [s for s, _ in reverse_test_set]
+    fast = int8_support().fast
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runs = {
+            "fp32": load_translator(tmp_path / "fp32", "ctranslate2"),
+            "int8 weights": load_translator(tmp_path / "int8", "ctranslate2"),
+            "int8 compute": load_translator(tmp_path / "fp32", "ctranslate2", quantize="int8"),
+        }
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, Int8Fallback)]
+    int8 = "int8_float32" if fast else "float32"
     assert {k: r.ct2.compute_type for k, r in runs.items()} == {
         "fp32": "float32",
-        "int8 weights": "int8_float32",
-        "int8 compute": "int8_float32",
+        "int8 weights": int8,
+        "int8 compute": int8,
     }
-    outputs = {
-        k: [t.text for t in r.translate(list(sources), num_beams=3)] for k, r in runs.items()
-    }
-    refs = [list(references)]
-    bleu = {k: sacrebleu.corpus_bleu(o, refs, tokenize="char").score for k, o in outputs.items()}
-    assert bleu["fp32"] > 80, bleu
+    if fast:
+        assert fallbacks == []
+    else:  # both int8 runs say so, naming what the CPU lacks
+        assert len(fallbacks) == 2 and all("computing in float32" in m for m in fallbacks)
+        assert all("VNNI" in m for m in fallbacks), fallbacks
+    ours = Translator.load(reverse_model_dir)
+    outputs = {k: r.translate(sources, num_beams=1) for k, r in runs.items()}
     for k in ("int8 weights", "int8 compute"):
-        assert bleu[k] >= bleu["fp32"] - 0.5, bleu
-        same = sum(a == b for a, b in zip(outputs["fp32"], outputs[k])) / len(sources)
-        assert same >= 0.95, (k, same)
+        assert clear_disagreements(ours, sources, outputs["fp32"], outputs[k], 1.0) == [], k
 
 
 def test_export_then_translate_from_the_command_line(reverse_model_dir, reverse_test_set, tmp_path):
@@ -196,8 +212,16 @@ def test_export_then_translate_from_the_command_line(reverse_model_dir, reverse_
     ours = runner.invoke(main, ["translate", str(reverse_model_dir)], input=words)
     fast = runner.invoke(main, ["translate", str(out), "--engine", "ctranslate2"], input=words)
     assert fast.exit_code == 0, fast.output
-    assert fast.output == ours.output  # greedy (the model's generation.json): exactly ours
     assert fast.output.splitlines()[-2:] == ["", "cba"]
+    # greedy (the model's generation.json): our outputs, but where float32 saw a near-tie
+    lines = words.splitlines()
+    differ = [i for i, (a, b) in enumerate(zip(ours.output.splitlines(), fast.output.splitlines(),
+                                               strict=True)) if a != b]  # fmt: skip
+    translator = Translator.load(reverse_model_dir)
+    api = {e: load_translator(reverse_model_dir, e) for e in ("torch", "ctranslate2")}
+    sources = [lines[i] for i in differ]
+    a, b = (api[e].translate(sources, num_beams=1) for e in ("torch", "ctranslate2"))
+    assert clear_disagreements(translator, sources, a, b, margin=NEAR_TIE) == []
     n_best = runner.invoke(
         main, ["translate", str(out), "--engine", "ctranslate2", "--n-best", "2"], input="abc\n"
     )

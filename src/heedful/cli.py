@@ -11,6 +11,8 @@ from heedful.export import FORMATS, QUANTIZATIONS
 from heedful.runtime import ENGINES, load_translator
 from heedful.translator import QUANTIZE
 
+MAX_INPUT_CHARS = 1000  # translate --max-chars: as serve's, a line takes seconds, not minutes
+
 
 class _Errors(click.Group):
     """Our own errors (bad config, bad corpus, bad checkpoint) print as one clear line, exit 2."""
@@ -31,6 +33,47 @@ class _Errors(click.Group):
 @click.version_option(package_name="heedful")
 def main() -> None:
     """heedful: attention-based sequence-to-sequence models you can see into."""
+    _show_our_warnings_as_one_line()
+
+
+def _show_our_warnings_as_one_line() -> None:
+    """A fallback the user should know of (heedful.cpu.Int8Fallback) prints as one line on
+    stderr, not as Python's file:line report; other warnings print as Python prints them."""
+    import warnings
+
+    from heedful.cpu import Int8Fallback
+
+    python_way = warnings.showwarning
+    if getattr(python_way, "heedful", False):  # main() ran before in this process
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, Int8Fallback):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            python_way(message, category, filename, lineno, file, line)
+
+    show.heedful = True
+    warnings.showwarning = show
+
+
+def _set_threads(ctx, param, value) -> None:
+    from heedful.cpu import set_threads
+
+    set_threads(value)
+
+
+def _threads_option(f):
+    """--threads, applied as soon as it is parsed (before any model is loaded)."""
+    return click.option(
+        "--threads",
+        type=click.IntRange(min=1),
+        default=None,
+        expose_value=False,
+        callback=_set_threads,
+        help="CPU threads for torch and CTranslate2 [default: one per core, or OMP_NUM_THREADS]. "
+        "Fewer keeps a shared machine responsive.",
+    )(f)
 
 
 @main.command()
@@ -48,6 +91,7 @@ def main() -> None:
 @click.option("--max-time", type=float, default=None, help="Stop after this many seconds.")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+@_threads_option
 def demo(model_name, out, train_size, max_steps, max_time, seed, progress) -> None:
     """Learn to turn human-written dates into ISO dates, then draw the attention."""
     from heedful.demo import run_demo
@@ -76,8 +120,16 @@ def demo(model_name, out, train_size, max_steps, max_time, seed, progress) -> No
 @click.option("--run-dir", default=None, help="Run directory [default: runs/<config name>].")
 @click.option("--force", is_flag=True, help="Delete an existing run directory and start over.")
 @click.option("--progress/--no-progress", default=True)
-def train(config_path, overrides, run_dir, force, progress) -> None:
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="CPU threads, as --set train.threads=N [default: the config's, else one per core].",
+)
+def train(config_path, overrides, run_dir, force, progress, threads) -> None:
     """Train (or resume) a model from a YAML config."""
+    if threads is not None:
+        overrides = (*overrides, f"train.threads={threads}")
     from pathlib import Path
 
     from heedful.config import load_config
@@ -90,7 +142,8 @@ def train(config_path, overrides, run_dir, force, progress) -> None:
 
 
 def _runtime_options(f):
-    """--engine and --quantize: how the model runs (heedful.runtime.load_translator)."""
+    """--engine, --quantize and --threads: how the model runs (heedful.runtime.load_translator)."""
+    f = _threads_option(f)
     f = click.option(
         "--engine",
         type=click.Choice(ENGINES),
@@ -143,14 +196,25 @@ def _search_options(f):
 @click.option(
     "--n-best", default=1, show_default=True, help="Alternatives per line, tab-separated."
 )
+@click.option(
+    "--max-chars",
+    type=click.IntRange(min=0),
+    default=MAX_INPUT_CHARS,
+    show_default=True,
+    help="Longest input line, in characters; a longer one stops the command (0: no limit).",
+)
 @_search_options
 @_runtime_options
 def translate(
-    model_dir, input_path, output_path, n_best, num_beams, batch_size, engine, quantize
+    model_dir, input_path, output_path, n_best, max_chars, num_beams, batch_size, engine, quantize
 ) -> None:
-    """Translate raw lines, one per line, in order (empty lines stay empty)."""
+    """Translate raw lines, one per line, in order (empty lines stay empty).
+
+    Stdin and -i FILE are read alike: UTF-8, split on \\n only (a \\r\\n ending counts as
+    one, the last line needs none; form feeds and U+2028 stay inside their line).
+    """
     translator = load_translator(model_dir, engine, quantize)
-    lines = _read_lines(input_path)
+    lines = _read_lines(input_path, max_chars)
     beams = max(num_beams or translator.generation.num_beams, n_best)
     results = translator.translate(lines, num_beams=beams, n_best=n_best, batch_size=batch_size)
     rows = ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
@@ -163,14 +227,28 @@ def translate(
         sys.stdout.write(text)
 
 
-def _read_lines(path: str | None) -> list[str]:
-    if path is None:
-        return sys.stdin.read().splitlines()
+def _read_lines(path: str | None, max_chars: int) -> list[str]:
+    """The lines to translate: stdin read exactly as a file is (data/corpus.py's line rules,
+    strict UTF-8), the whole input refused when a line is longer than max_chars (0: no limit).
+
+    A long line is an error, not a skipped line: output line N stays the translation of input
+    line N, and an exit status is harder to miss than one refusal among many outputs.
+    """
     from pathlib import Path
 
-    from heedful.data.corpus import read_lines
+    from heedful.data.corpus import read_lines, split_lines
 
-    return read_lines(Path(path), "--input")
+    if path is None:
+        lines = split_lines(sys.stdin.buffer.read(), "<stdin>", "input")
+    else:
+        lines = read_lines(Path(path), "--input")
+    for number, line in enumerate(lines, start=1):
+        if max_chars and len(line) > max_chars:
+            raise click.ClickException(
+                f"{path or '<stdin>'}: line {number} has {len(line):,} characters, more than "
+                f"--max-chars {max_chars:,}; split it, or raise --max-chars (0: no limit)"
+            )
+    return lines
 
 
 @main.command()

@@ -7,6 +7,8 @@ silently ignored costs a user a whole training run.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,9 +27,16 @@ def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
         raise ConfigError(f"{key}: {value!r} is not one of {', '.join(options)}")
 
 
-def _positive(key: str, value: float, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
+def _positive(key: str, value: float | None, allow_zero: bool = False) -> None:
+    """value > 0 (or >= 0); None passes, for the optional limits where None means "no limit"."""
+    if value is not None and (value < 0 or (value == 0 and not allow_zero)):
         raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def _fraction(key: str, value: float) -> None:
+    """value in [0, 1): dropout, label smoothing and Adam's betas all break down at 1."""
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(f"{key}: must be in [0, 1), got {value}")
 
 
 ARCHS = ("transformer", "rnn")
@@ -75,8 +84,7 @@ class ModelConfig:
         ):
             _positive(f"model.{name}", getattr(self, name))
         for name in ("dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"model.{name}: must be in [0, 1), got {getattr(self, name)}")
+            _fraction(f"model.{name}", getattr(self, name))
         if self.arch == "transformer" and self.d_model % self.num_heads:
             raise ConfigError(
                 f"model.d_model ({self.d_model}) must be divisible by model.num_heads "
@@ -120,6 +128,7 @@ class DataConfig:
         _choice("data.sp_model_type", self.sp_model_type, ("unigram", "bpe"))
         _positive("data.vocab_size", self.vocab_size)
         _positive("data.max_length", self.max_length)
+        _positive("data.valid_max_sentences", self.valid_max_sentences)
 
 
 @dataclass(frozen=True)
@@ -145,27 +154,35 @@ class TrainConfig:
     early_stopping_metric: str = "bleu"  # bleu | chrf | loss: what "best" means
     patience: int | None = None  # stop after this many validations without improvement
     keep_best: int = 3  # best checkpoints kept (the latest one is always kept too)
+    # torch threads; None: one per core we may use, shared among torchrun's local processes
+    # (or OMP_NUM_THREADS when set). Fewer than the cores helps when another process is busy.
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         _choice("train.schedule", self.schedule, ("inverse_sqrt", "constant"))
         _choice("train.optimizer", self.optimizer, ("adam", "adamw"))
         _choice("train.early_stopping_metric", self.early_stopping_metric, ("bleu", "chrf", "loss"))
+        if not 0 <= self.seed < 2**63:  # torch.manual_seed takes no more
+            raise ConfigError(f"train.seed: must be in [0, 2**63), got {self.seed}")
         for name in (
             "batch_tokens",
             "max_steps",
+            "max_epochs",
+            "max_time",
             "lr",
             "eval_every",
             "log_every",
             "accumulate",
             "keep_best",
+            "patience",
+            "threads",
         ):
             _positive(f"train.{name}", getattr(self, name))
         for name in ("warmup_steps", "weight_decay", "clip_norm"):
             _positive(f"train.{name}", getattr(self, name), allow_zero=True)
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(
-                f"train.label_smoothing: must be in [0, 1), got {self.label_smoothing}"
-            )
+        _fraction("train.label_smoothing", self.label_smoothing)
+        for i, beta in enumerate(self.betas):
+            _fraction(f"train.betas[{i}]", beta)
 
 
 @dataclass(frozen=True)
@@ -207,7 +224,11 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
         return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)  # YAML's 1 is an int; a float key takes it
+    if hint is float and isinstance(value, float) and not math.isfinite(value):
+        # .inf and .nan are valid YAML, but no setting here means anything when infinite: an
+        # infinite learning rate turns every weight into NaN without an error
+        raise ConfigError(f"{key}: must be a finite number, got {value}")
     if hint is bool and not isinstance(value, bool):
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool)):
@@ -242,6 +263,21 @@ def to_dict(config: Any) -> dict:
     return plain(dataclasses.asdict(config))
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e-3 (no dot) as a string; users, and YAML 1.2, mean a number."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no Python objects
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply `section.key=value` strings (values parsed as YAML) to plain config data."""
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
@@ -255,7 +291,14 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part} is not a section")
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            node[leaf] = _parse_yaml(raw)
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ConfigError(
+                f"override {item!r}: {path.strip()}: the value {raw!r} is not valid YAML "
+                f"({problem}); quote a string, write a list as [a, b]"
+            ) from None
     return data
 
 
@@ -267,7 +310,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), cls: 
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            data = _parse_yaml(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as error:
+            raise ConfigError(
+                f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
         except yaml.YAMLError as error:
             raise ConfigError(f"{path}: invalid YAML: {error}") from None
         if not isinstance(data, dict):

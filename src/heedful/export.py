@@ -36,7 +36,6 @@ CTranslate2 speaks in token strings, so its vocabularies are our pieces in id or
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from heedful.checkpoint import (
     atomic_write_json,
     load_model_dir,
     publish_directory,
+    read_model_config,
     staging_directory,
 )
 from heedful.config import ModelConfig
@@ -219,7 +219,7 @@ def export_ctranslate2(
         spec.save(str(build / CTRANSLATE2_DIR))
         for name in ("tokenizer.src", "tokenizer.tgt", "generation.json"):
             shutil.copyfile(model_dir / name, build / name)
-        meta = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        meta, _ = read_model_config(model_dir)  # checked by load_model_dir above
         meta["ctranslate2"] = {
             "version": ctranslate2.__version__,
             "quantization": quantization or "float32",

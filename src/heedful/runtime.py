@@ -13,6 +13,7 @@ generation, languages), so a caller changes engine by changing one argument of
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
@@ -20,8 +21,16 @@ from pathlib import Path
 
 import torch
 
-from heedful.checkpoint import CTRANSLATE2_DIR, GenerationConfig, read_generation, read_model_config
-from heedful.data.tokenizers import EOS_ID, load_tokenizer
+from heedful.checkpoint import (
+    CTRANSLATE2_DIR,
+    CheckpointError,
+    GenerationConfig,
+    load_tokenizers,
+    read_generation,
+    read_model_config,
+)
+from heedful.cpu import ctranslate2_compute_type
+from heedful.data.tokenizers import EOS_ID
 from heedful.decoding import gnmt_length_penalty, max_output_lengths
 from heedful.export import export_ctranslate2, import_ctranslate2, vocabulary
 from heedful.translator import QUANTIZE, Translation, Translator
@@ -74,7 +83,10 @@ class CTranslate2Translator:
     ) -> CTranslate2Translator:
         """Load an export (heedful export), or convert a model directory in memory first.
 
-        quantize="int8": compute in int8 whatever the export holds. threads: CTranslate2's
+        quantize="int8": compute in int8 whatever the export holds, on a CPU where int8
+        products are fast and exact (VNNI); elsewhere float32, with a heedful.cpu.Int8Fallback
+        warning that names the missing feature (int8 weights are then computed in float32
+        too). threads: CTranslate2's
         intra-op threads [default: torch.get_num_threads()], one translation at a time.
         """
         ctranslate2 = import_ctranslate2()
@@ -84,23 +96,28 @@ class CTranslate2Translator:
             )
         model_dir = Path(model_dir)
         meta, _ = read_model_config(model_dir)
+        src_tokenizer, tgt_tokenizer = load_tokenizers(model_dir, meta)
+        generation = read_generation(model_dir)
+        saved_int8 = "int8" if meta.get("ctranslate2", {}).get("quantization") == "int8" else None
         options = dict(
             device="cpu",
-            compute_type=quantize or "default",  # default: the type the export was saved in
+            # int8 only where this CPU multiplies int8 fast and exactly (heedful.cpu says why)
+            compute_type=ctranslate2_compute_type(quantize or saved_int8),
             inter_threads=1,
             intra_threads=threads or torch.get_num_threads(),
         )
         if (model_dir / CTRANSLATE2_DIR).is_dir():
-            ct2 = ctranslate2.Translator(str(model_dir / CTRANSLATE2_DIR), **options)
+            _check_vocabularies(model_dir / CTRANSLATE2_DIR, src_tokenizer, tgt_tokenizer)
+            ct2 = _open_ctranslate2(ctranslate2, model_dir / CTRANSLATE2_DIR, options)
         else:
             with tempfile.TemporaryDirectory(prefix="heedful-ct2-") as tmp:
                 export_ctranslate2(model_dir, Path(tmp) / "export")
                 ct2 = ctranslate2.Translator(str(Path(tmp) / "export" / CTRANSLATE2_DIR), **options)
         return cls(
             ct2,
-            load_tokenizer(model_dir / "tokenizer.src"),
-            load_tokenizer(model_dir / "tokenizer.tgt"),
-            read_generation(model_dir),
+            src_tokenizer,
+            tgt_tokenizer,
+            generation,
             (meta.get("src_lang", "src"), meta.get("tgt_lang", "tgt")),
         )
 
@@ -200,6 +217,45 @@ class CTranslate2Translator:
             [self.tgt_tokenizer.id_to_token(i) for i in ids],  # ends with </s> when finished
             float(score),
         )
+
+
+def _check_vocabularies(ct2_dir: Path, src_tokenizer, tgt_tokenizer) -> None:
+    """CTranslate2 maps pieces to ids with its own vocabulary files: they must be our
+    tokenizers' pieces in id order (export.vocabulary), or outputs map to the wrong ids."""
+    shared = ct2_dir / "shared_vocabulary.json"
+    paths = (
+        (shared, shared)
+        if shared.exists()
+        else (ct2_dir / "source_vocabulary.json", ct2_dir / "target_vocabulary.json")
+    )
+    for path, tokenizer, side in zip(paths, (src_tokenizer, tgt_tokenizer), ("src", "tgt")):
+        try:
+            tokens = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise CheckpointError(
+                f"{path}: cannot read the export's vocabulary ({error})"
+            ) from None
+        if tokens != vocabulary(tokenizer):
+            size = len(tokens) if isinstance(tokens, list) else "no list of"
+            raise CheckpointError(
+                f"{path}: {size} tokens that are not the {len(tokenizer)} of tokenizer.{side} in "
+                "id order; the CTranslate2 model and the tokenizers do not belong together"
+            )
+
+
+def _open_ctranslate2(ctranslate2, directory: Path, options: dict):
+    """ctranslate2.Translator(directory), or a CheckpointError naming the directory.
+
+    CTranslate2 4.x reports a damaged model.bin as RuntimeError, IndexError or even
+    UnicodeDecodeError, depending on where the damage is, so any error is caught here.
+    """
+    try:
+        return ctranslate2.Translator(str(directory), **options)
+    except Exception as error:  # noqa: BLE001 - the C++ library's errors have no common type
+        raise CheckpointError(
+            f"{directory}: CTranslate2 cannot load this model ({type(error).__name__}: "
+            f"{error}); if its model.bin is damaged, export the model again"
+        ) from None
 
 
 def _limit(source_length: int, g: GenerationConfig) -> int:

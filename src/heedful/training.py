@@ -24,6 +24,10 @@ from heedful.data.batching import bucketed_batches, collate
 from heedful.data.tokenizers import PAD_ID
 
 
+class TrainingError(ValueError):
+    """Training cannot go on (the loss or the weights stopped being finite); says at which step."""
+
+
 @dataclass
 class TrainProgress:
     """Where training stands; saved in every checkpoint, restored on resume."""
@@ -228,6 +232,7 @@ def train(
                 loss = sequence_loss(logits, tgt_out, config.label_smoothing, "sum")
                 (loss * weight * dist.world_size / total_tokens).backward()
             loss_sum += loss.item() * weight
+        _check_loss("training", loss_sum, p.step + 1, config)
         if config.clip_norm > 0:
             nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
         optimizer.step()
@@ -260,11 +265,13 @@ def train(
             metrics = None
             if validate is not None:
                 metrics = _validate(model, validate, p)
+                _check_loss("validation", metrics.get("loss", 0.0), p.step, config)
                 history.append(metrics)
                 if dist.is_main:
                     bar.write("  ".join(_fmt(k, v) for k, v in metrics.items()))
                 stopped_by = _early_stop(metrics, config, p, good_enough)
             if save is not None:
+                _check_weights(model, p.step, config)
                 save(p, metrics)
             if stopped_by in ("validation", "patience"):
                 break
@@ -275,9 +282,31 @@ def train(
         stopped_by = "max_steps"
     bar.close()
     if save is not None and p.step % config.eval_every != 0:
+        _check_weights(model, p.step, config)
         save(p, None)  # a clean final checkpoint at whatever step we stopped
     model.eval()
     return TrainResult(p, stopped_by, history)
+
+
+def _check_loss(kind: str, loss: float, step: int, config: TrainConfig) -> None:
+    """Stop at the first non-finite loss: every step after it would only spread the NaN."""
+    if not math.isfinite(loss):
+        raise TrainingError(
+            f"the {kind} loss at step {step} is {loss}: training diverged (try a lower "
+            f"train.lr, now {config.lr:g}, or a train.clip_norm > 0, now {config.clip_norm:g}); "
+            "nothing was saved after the last checkpoint"
+        )
+
+
+def _check_weights(model: nn.Module, step: int, config: TrainConfig) -> None:
+    """Never checkpoint non-finite weights: `latest` would resume into NaN for ever."""
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            raise TrainingError(
+                f"weight {name} is not finite after step {step}: training diverged (try a "
+                f"lower train.lr, now {config.lr:g}); step {step} was not saved, the last "
+                "checkpoint stays"
+            )
 
 
 def _fmt(key: str, value) -> str:

@@ -207,14 +207,34 @@ def test_load_tokenizer_dispatches_on_the_file(tmp_path):
         bytes(range(256)),
         json.dumps({"kind": "word", "vocab": ["a"]}).encode(),
         b"[1, 2, 3]",
+        json.dumps({"kind": "char", "vocab": [1]}).encode(),
+        json.dumps({"kind": "char", "vocab": ["ab"]}).encode(),
+        json.dumps({"kind": "char", "vocab": ["a", "b", "a"]}).encode(),
+        b"[" * 100_000,
     ],
-    ids=["empty", "text", "binary", "other-json-kind", "json-list"],
+    ids=[
+        "empty",
+        "text",
+        "binary",
+        "other-json-kind",
+        "json-list",
+        "char-vocab-of-numbers",
+        "char-vocab-of-strings",
+        "char-vocab-repeats",
+        "nested-too-deep",
+    ],
 )
 def test_load_tokenizer_names_the_path_of_a_file_that_is_neither(tmp_path, content):
     path = tmp_path / "tokenizer.src"
     path.write_bytes(content)
     with pytest.raises(ValueError, match=re.escape(str(path))):
         load_tokenizer(path)
+
+
+def test_load_tokenizer_refuses_a_directory_by_name(tmp_path):
+    (tmp_path / "tokenizer.src").mkdir()
+    with pytest.raises(ValueError, match=r"tokenizer\.src: is a directory"):
+        load_tokenizer(tmp_path / "tokenizer.src")
 
 
 def test_a_sentencepiece_model_with_other_special_ids_is_refused(tmp_path):

@@ -50,18 +50,33 @@ def _missing_hint(path: Path) -> str:
     return f" ({'; '.join(hints)})" if hints else ""
 
 
+def _bad_byte(data: bytes, offset: int, path: Path, key: str, what: str) -> CorpusError:
+    """An error pointing at byte `offset` of the file: its line, and where in the line."""
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    line = data.count(b"\n", 0, offset) + 1
+    return CorpusError(
+        f"{key}: {path}: line {line}: {what} 0x{data[offset]:02x} at byte offset {offset} of "
+        f"the file, {offset - line_start} of the line (offsets count from 0)"
+    )
+
+
 def _decode(data: bytes, path: Path, key: str) -> str:
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise CorpusError(
+            f"{key}: {path}: starts with a UTF-16 byte-order mark: the file is UTF-16 (or "
+            f"UTF-32), not UTF-8; convert it, e.g. iconv -f UTF-16 -t UTF-8 {path}"
+        )
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data[start:].decode("utf-8")
+        text = data[start:].decode("utf-8")
     except UnicodeDecodeError as error:
-        offset = start + error.start  # of the first bad byte, counted in the whole file
-        line_start = data.rfind(b"\n", 0, offset) + 1
-        line = data.count(b"\n", 0, offset) + 1
-        raise CorpusError(
-            f"{key}: {path}: line {line}: invalid UTF-8 byte 0x{data[offset]:02x} at byte offset "
-            f"{offset} of the file, {offset - line_start} of the line (offsets count from 0)"
-        ) from None
+        # offset of the first bad byte, counted in the whole file
+        raise _bad_byte(data, start + error.start, path, key, "invalid UTF-8 byte") from None
+    if "\0" in text:
+        # valid UTF-8, but no text has NUL: UTF-16 without a byte-order mark (every other
+        # byte of ASCII is 0) or a binary file, which would train on garbage
+        raise _bad_byte(data, data.index(b"\0"), path, key, "NUL byte (a UTF-16 or binary file?)")
+    return text
 
 
 def read_lines(path: str | Path, key: str) -> list[str]:
@@ -70,7 +85,12 @@ def read_lines(path: str | Path, key: str) -> list[str]:
     key: the config key the path came from (e.g. "data.train_src"), named in every error.
     """
     path = Path(path)
-    lines = _decode(_read_bytes(path, key), path, key).split("\n")
+    return split_lines(_read_bytes(path, key), path, key)
+
+
+def split_lines(data: bytes, path: str | Path, key: str) -> list[str]:
+    """read_lines for bytes already read (standard input, say); `path` names them in errors."""
+    lines = _decode(data, Path(path), key).split("\n")
     last = lines.pop()  # the text after the final "\n": "" when the file ends with one
     lines = [line.removesuffix("\r") for line in lines]
     if last:

@@ -83,11 +83,24 @@ class CharTokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> CharTokenizer:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls.from_json(json.loads(_read_file(path).decode("utf-8")), path)
+
+    @classmethod
+    def from_json(cls, data, path: str | Path) -> CharTokenizer:
+        """The tokenizer whose save() wrote `data` (parsed JSON) to `path`, checked: each vocab
+        entry one character, none twice (one id each, as export.vocabulary needs too)."""
         valid = isinstance(data, dict) and data.get("kind") == cls.kind
         if not valid or not isinstance(data.get("vocab"), list):
             raise ValueError(f"{path}: not a heedful character tokenizer file")
-        return cls(data["vocab"])
+        vocab = data["vocab"]
+        for i, char in enumerate(vocab):
+            if not isinstance(char, str) or len(char) != 1:
+                raise ValueError(f"{path}: vocab entry {i} is {char!r}, not one character")
+        if len(set(vocab)) != len(vocab):
+            seen: set[str] = set()
+            twice = next(c for c in vocab if c in seen or seen.add(c))
+            raise ValueError(f"{path}: the character {twice!r} is in vocab twice")
+        return cls(vocab)
 
 
 class SentencePieceTokenizer:
@@ -197,9 +210,20 @@ class SentencePieceTokenizer:
     @classmethod
     def load(cls, path: str | Path) -> SentencePieceTokenizer:
         try:
-            return cls(Path(path).read_bytes())
+            return cls(_read_file(path))
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
+
+
+def _read_file(path: str | Path) -> bytes:
+    """The bytes of a tokenizer file; a directory is a ValueError that says so, not an
+    IsADirectoryError traceback, and a pipe is refused rather than read forever."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, not a tokenizer file")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path}: not a regular file, so not a tokenizer file")
+    return path.read_bytes()
 
 
 def _processor(model_proto: bytes):
@@ -289,16 +313,19 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     SentencePiece tokenizer is the binary .model file (a protobuf, which never parses as JSON).
     So JSON is tried first and anything else is read as a SentencePiece model.
     """
-    data = Path(path).read_bytes()
+    data = _read_file(path)
     try:
-        json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        parsed = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         pass
     else:
-        return CharTokenizer.load(path)
+        return CharTokenizer.from_json(parsed, path)
     if _processor(data) is None:
         raise ValueError(
             f"{path}: not a tokenizer file: neither heedful character-tokenizer JSON "
             "nor a SentencePiece model"
         )
-    return SentencePieceTokenizer.load(path)
+    try:
+        return SentencePieceTokenizer(data)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None

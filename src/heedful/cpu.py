@@ -1,0 +1,138 @@
+"""The CPU we run on: how many threads to use, and whether int8 matrix products pay off here.
+
+Two facts about x86 CPUs of the same kind decide things that no config can know in advance:
+
+- **Threads.** torch's OpenMP threads spin while they wait for each other (libgomp's active
+  wait policy). On a machine whose cores are shared with another busy process, a spinning
+  thread burns the time slice its partner needs, and a 2-thread step ran 3-50x slower. We
+  ask for passive waiting (`OMP_WAIT_POLICY=PASSIVE`, read once when libgomp loads, so
+  `heedful/__init__.py` sets it before torch is imported) and let `--threads` choose the count.
+- **int8.** An int8 matrix product is fast and exact when the CPU multiplies and adds int8
+  in 32 bits in one instruction (AVX-512 VNNI, or AVX-VNNI). Without it, u8·s8 products go
+  through AVX2's vpmaddubsw, whose 16-bit intermediate sums saturate: CTranslate2's int8 then
+  lost 19 BLEU on a small model and ran slower than float32 on a real one (issue 9, an AVX2
+  EPYC). torch's dynamic quantization (fbgemm) quantizes activations to 7 bits on every CPU
+  ("reduce_range") precisely so those sums cannot saturate, so it is safe everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+# Instruction-set caps that the numeric libraries read from the environment. A cap at or
+# below AVX2 hides VNNI from that library even on a CPU that has it (that is how an AVX2
+# machine is reproduced on an AVX-512 one: see the README's "Tests" and .ci/run).
+_ISA_CAPS = (
+    "CT2_FORCE_CPU_ISA",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+)
+_BELOW_VNNI = {"NONE", "GENERIC", "SSE4_1", "SSE4_2", "SSE41", "SSE42", "AVX", "AVX2"}
+
+
+def prefer_passive_waiting() -> None:
+    """Ask OpenMP to sleep rather than spin while its threads wait (unless the user chose).
+
+    Must run before torch is first imported: libgomp reads OMP_WAIT_POLICY when it loads.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def default_threads(environ=None) -> int:
+    """One thread per core this process may run on, shared among the processes that torchrun
+    started on this machine (LOCAL_WORLD_SIZE). torch's own default counts every physical core
+    of the machine, even those a container or `taskset` keeps from us."""
+    environ = os.environ if environ is None else environ
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    local_processes = int(environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, cores // max(1, local_processes))
+
+
+def set_threads(threads: int | None) -> int:
+    """Use `threads` intra-op threads in torch and return the count. None: OMP_NUM_THREADS
+    when the user (or torchrun) set it, else default_threads()."""
+    import torch
+
+    if threads is None:
+        count = torch.get_num_threads() if os.environ.get("OMP_NUM_THREADS") else default_threads()
+    else:
+        count = int(threads)
+    if count < 1:
+        raise ValueError(f"--threads must be at least 1, got {count}")
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux names them in /proc/cpuinfo (empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@dataclass(frozen=True)
+class Int8Support:
+    """Whether int8 matrix products are fast and exact here, and the words that say why."""
+
+    fast: bool
+    reason: str
+
+
+def int8_support(flags: set[str] | None = None, environ=None) -> Int8Support:
+    """VNNI (AVX-512 VNNI or AVX-VNNI) present and not capped below by the environment;
+    ARM CPUs with the dot-product extension (`asimddp`) also multiply int8 in 32 bits."""
+    flags = cpu_flags() if flags is None else flags
+    environ = os.environ if environ is None else environ
+    machine = platform.machine().lower()
+    if "asimddp" in flags:
+        return Int8Support(True, "this CPU has the Arm dot-product instructions (asimddp)")
+    names = {"avx512_vnni": "AVX-512 VNNI", "avx_vnni": "AVX-VNNI"}
+    vnni = [names[f] for f in sorted(flags & set(names))]
+    if not vnni:
+        what = "AVX-512 VNNI or AVX-VNNI" if machine in ("x86_64", "amd64") else "int8 dot products"
+        return Int8Support(False, f"this CPU has no {what}")
+    for name in _ISA_CAPS:
+        value = environ.get(name, "").strip().upper()
+        if value in _BELOW_VNNI:
+            return Int8Support(False, f"{name}={environ[name]} hides this CPU's {vnni[0]}")
+    return Int8Support(True, f"this CPU has {' and '.join(vnni)}")
+
+
+def ctranslate2_compute_type(quantize: str | None, support: Int8Support | None = None) -> str:
+    """CTranslate2's compute_type for `--quantize` on this CPU.
+
+    None keeps the type the export was saved in ("default"), except that int8 weights are
+    computed in float32 where int8 products would saturate. "int8" becomes "int8_float32"
+    (int8 matrix products, float32 elsewhere) where it is fast and exact, else "float32" with
+    a warning that names the missing CPU feature.
+    """
+    support = int8_support() if support is None else support
+    if quantize is None:
+        return "default" if support.fast else "float32"
+    if support.fast:
+        return "int8_float32"
+    warnings.warn(
+        f"--quantize {quantize}: {support.reason}, so CTranslate2's int8 products would be "
+        "slower than float32 and can saturate (lose accuracy); computing in float32 instead",
+        Int8Fallback,
+        stacklevel=2,
+    )
+    return "float32"
+
+
+class Int8Fallback(UserWarning):
+    """int8 was asked for on a CPU where it would be slow or inexact; float32 is used."""

@@ -1,0 +1,113 @@
+"""heedful.cpu: threads, passive waiting, and where int8 is fast and exact."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from heedful.cli import main
+from heedful.cpu import (
+    Int8Fallback,
+    Int8Support,
+    ctranslate2_compute_type,
+    default_threads,
+    int8_support,
+    set_threads,
+)
+
+AVX2 = {"sse4_2", "avx", "avx2", "fma"}
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl"}
+
+
+@pytest.mark.parametrize(
+    "flags, environ, fast, words",
+    [
+        (AVX2, {}, False, "no AVX-512 VNNI or AVX-VNNI"),
+        (AVX512, {}, False, "no AVX-512 VNNI or AVX-VNNI"),  # AVX-512 alone: no VNNI
+        (AVX512 | {"avx512_vnni"}, {}, True, "AVX-512 VNNI"),
+        (AVX2 | {"avx_vnni"}, {}, True, "AVX-VNNI"),
+        (AVX512 | {"avx512_vnni"}, {"CT2_FORCE_CPU_ISA": "AVX2"}, False, "CT2_FORCE_CPU_ISA=AVX2"),
+        (AVX512 | {"avx512_vnni"}, {"MKL_ENABLE_INSTRUCTIONS": "avx2"}, False, "hides"),
+        (AVX512 | {"avx512_vnni"}, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}, True, "VNNI"),
+        ({"asimd", "asimddp"}, {}, True, "asimddp"),
+        (set(), {}, False, "no"),
+    ],
+)
+def test_int8_is_fast_only_with_vnni_and_not_hidden(flags, environ, fast, words):
+    support = int8_support(flags, environ)
+    assert support.fast is fast
+    assert words in support.reason
+
+
+def test_ctranslate2_compute_types_by_cpu():
+    fast, slow = Int8Support(True, "has it"), Int8Support(False, "this CPU has no AVX-VNNI")
+    assert ctranslate2_compute_type(None, fast) == "default"  # as the export was saved
+    assert ctranslate2_compute_type("int8", fast) == "int8_float32"
+    assert ctranslate2_compute_type(None, slow) == "float32"
+    with pytest.warns(Int8Fallback, match="this CPU has no AVX-VNNI.*computing in float32"):
+        assert ctranslate2_compute_type("int8", slow) == "float32"
+
+
+def test_threads_default_and_torchrun_share(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads({}) == cores
+    assert default_threads({"LOCAL_WORLD_SIZE": str(cores)}) == 1
+    assert default_threads({"LOCAL_WORLD_SIZE": str(cores * 4)}) == 1  # never zero
+    before = torch.get_num_threads()
+    try:
+        assert set_threads(3) == 3 and torch.get_num_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        assert set_threads(None) == 3  # the environment's (here: what torch already uses)
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        assert set_threads(None) == cores
+        with pytest.raises(ValueError, match="at least 1"):
+            set_threads(0)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_importing_heedful_asks_for_passive_waiting_unless_told_otherwise():
+    code = "import os, heedful; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "PASSIVE", out.stderr
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "ACTIVE", out.stderr
+
+
+def test_threads_flag_reaches_torch_and_rejects_nonsense(reverse_model_dir):
+    before = torch.get_num_threads()
+    try:
+        result = CliRunner().invoke(
+            main, ["translate", str(reverse_model_dir), "--threads", "2"], input="abc\n"
+        )
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for bad in ("0", "-1", "two"):
+        result = CliRunner().invoke(main, ["translate", str(reverse_model_dir), "--threads", bad])
+        assert result.exit_code == 2 and "--threads" in result.output, result.output
+
+
+def test_the_command_says_when_int8_falls_back(reverse_model_dir, monkeypatch):
+    monkeypatch.setattr(
+        "heedful.cpu.int8_support", lambda: Int8Support(False, "this CPU has no AVX-VNNI")
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(
+            main,
+            ["translate", str(reverse_model_dir), "--engine", "ctranslate2", "--quantize", "int8"],
+            input="abc\n",
+        )
+    assert result.exit_code == 0, result.output
+    assert "warning: --quantize int8: this CPU has no AVX-VNNI" in result.output
+    assert result.output.splitlines()[-1] == "cba"
