@@ -1,0 +1,36 @@
+"""docs/hostile-inputs.md counts the hostile-input tables; the counts must be the tables'."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import test_hostile_model_dirs as model_dirs
+import test_hostile_server as server
+import test_hostile_training as training
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "hostile-inputs.md"
+UMASKS = 3  # test_written_files_follow_the_umask's parameters
+TRAINING_EXTRA = 2  # the two tests of test_hostile_training.py beside its table
+
+
+def documented() -> dict[str, int]:
+    """{first words of a row of the Count table: its cases column}."""
+    rows = re.findall(r"^\| (.+?) \| \**(\d+)\** \|", DOC.read_text(encoding="utf-8"), re.M)
+    return {name.strip("*"): int(n) for name, n in rows}
+
+
+def test_the_documented_counts_are_the_tables():
+    counts = documented()
+    expected = {
+        "`tests/test_hostile_server.py` (`CASES`": len(server.CASES),
+        "`tests/test_hostile_training.py` (`CASES`": len(training.CASES),
+        "`tests/test_hostile_training.py` (a crash": TRAINING_EXTRA,
+        "`tests/test_hostile_model_dirs.py` (`CASES`": len(model_dirs.CASES),
+        "`tests/test_hostile_model_dirs.py` (`INPUT_CASES`": 2 * len(model_dirs.INPUT_CASES),
+        "`tests/test_hostile_model_dirs.py` (the same": len(model_dirs.SERVED) + UMASKS,
+    }
+    for start, n in expected.items():
+        [row] = [name for name in counts if name.startswith(start)]
+        assert counts[row] == n, (row, counts[row], n)
+    assert counts["all"] == sum(expected.values())
