@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import machine, write_section  # benchmarks/report.py
+from report import machine, multi30k_transformer, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
@@ -29,27 +29,15 @@ BEGIN, END = "<!-- torch-compile:begin -->", "<!-- torch-compile:end -->"
 def measure(mode: str) -> dict:
     import torch
 
-    from heedful.config import ModelConfig
-    from heedful.data.batching import bucketed_batches, collate
-    from heedful.data.tokenizers import SentencePieceTokenizer
-    from heedful.models.build import build_model
     from heedful.training import sequence_loss
 
     torch.set_num_threads(2)
-    src = (CORPUS / "train.en").read_text(encoding="utf-8").splitlines()[:6000]
-    tgt = (CORPUS / "train.de").read_text(encoding="utf-8").splitlines()[:6000]
-    tok = SentencePieceTokenizer.train(src + tgt, 8000, "unigram")
-    S, T = [tok.encode(s) for s in src], [tok.encode(t) for t in tgt]
-    batches = bucketed_batches([len(s) for s in S], [len(t) + 1 for t in T], 3000)
-    config = ModelConfig(d_model=256, num_heads=4, encoder_layers=3, decoder_layers=3,
-                         d_ff=1024, dropout=0.1, norm="pre", tie_embeddings=True)  # fmt: skip
-    torch.manual_seed(0)
-    model = build_model(config, len(tok), len(tok)).train()
+    model, batches, tensors = multi30k_transformer(CORPUS)
     forward = torch.compile(model, dynamic=True) if mode == "compile" else model
     optimizer = torch.optim.Adam(model.parameters(), 1e-3)
 
     def step(batch) -> int:
-        src_ids, tgt_in, tgt_out = collate([S[i] for i in batch], [T[i] for i in batch])
+        src_ids, tgt_in, tgt_out = tensors(batch)
         tokens = int((tgt_out != 0).sum())
         loss = sequence_loss(forward(src_ids, tgt_in).logits, tgt_out, 0.1, "sum") / tokens
         loss.backward()
