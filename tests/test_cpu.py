@@ -1,4 +1,4 @@
-"""heedful.cpu: threads, passive waiting, and where int8 is fast and exact."""
+"""heedful.cpu: threads, OpenMP waiting, and where int8 is fast and exact."""
 
 from __future__ import annotations
 
@@ -72,14 +72,20 @@ def test_threads_default_and_torchrun_share(monkeypatch):
         torch.set_num_threads(before)
 
 
-def test_importing_heedful_asks_for_passive_waiting_unless_told_otherwise():
-    code = "import os, heedful; print(os.environ['OMP_WAIT_POLICY'])"
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "PASSIVE", out.stderr
-    env["OMP_WAIT_POLICY"] = "ACTIVE"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "ACTIVE", out.stderr
+def test_importing_heedful_asks_for_brief_spinning_unless_told_otherwise():
+    code = "import os, heedful; print(os.environ.get('GOMP_SPINCOUNT'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+
+    def spin_count(**chosen) -> str:
+        run = subprocess.run(
+            [sys.executable, "-c", code], env={**env, **chosen}, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    assert spin_count() == "1000"
+    assert spin_count(GOMP_SPINCOUNT="50") == "50"  # the user's choice stands
+    assert spin_count(OMP_WAIT_POLICY="ACTIVE") == "None"  # so does their wait policy
 
 
 def test_threads_flag_reaches_torch_and_rejects_nonsense(reverse_model_dir):

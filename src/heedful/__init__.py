@@ -1,10 +1,11 @@
 """heedful: attention seq2seq models; train them, translate with them, see where they look."""
 
-from heedful.cpu import prefer_passive_waiting
+from heedful.cpu import prefer_brief_spinning
 
-# Before torch is imported anywhere below us: OpenMP threads that sleep instead of spinning
-# while they wait keep training fast when another process shares the cores (heedful.cpu).
-prefer_passive_waiting()
+# Before torch is imported anywhere below us: OpenMP threads that soon sleep instead of
+# spinning while they wait keep training fast when another process shares the cores
+# (heedful.cpu).
+prefer_brief_spinning()
 
 __version__ = "0.1.0"
 

@@ -2,11 +2,14 @@
 
 Two facts about x86 CPUs of the same kind decide things that no config can know in advance:
 
-- **Threads.** torch's OpenMP threads spin while they wait for each other (libgomp's active
-  wait policy). On a machine whose cores are shared with another busy process, a spinning
-  thread burns the time slice its partner needs, and a 2-thread step ran 3-50x slower. We
-  ask for passive waiting (`OMP_WAIT_POLICY=PASSIVE`, read once when libgomp loads, so
-  `heedful/__init__.py` sets it before torch is imported) and let `--threads` choose the count.
+- **Threads.** torch's OpenMP threads (libgomp) spin for about 300,000 rounds while they wait
+  for each other before they sleep. On a machine whose cores are shared with another busy
+  process, a spinning thread burns the time slice its partner needs: a 2-thread training step
+  beside one busy process ran at 45% of the idle rate (benchmarks/shared_cores.py), and a
+  tester saw 3x slower. A short spin (GOMP_SPINCOUNT=1000) kept 97% of the idle rate on an
+  idle machine and about 60% beside a busy process, where sleeping at once (PASSIVE) lost 8%
+  when idle for the same gain. libgomp reads it once, when it loads, so `heedful/__init__.py`
+  sets it before torch is imported; `--threads` chooses the count.
 - **int8.** An int8 matrix product is fast and exact when the CPU multiplies and adds int8
   in 32 bits in one instruction (AVX-512 VNNI, or AVX-VNNI). Without it, u8·s8 products go
   through AVX2's vpmaddubsw, whose 16-bit intermediate sums saturate: CTranslate2's int8 then
@@ -35,12 +38,11 @@ _ISA_CAPS = (
 _BELOW_VNNI = {"NONE", "GENERIC", "SSE4_1", "SSE4_2", "SSE41", "SSE42", "AVX", "AVX2"}
 
 
-def prefer_passive_waiting() -> None:
-    """Ask OpenMP to sleep rather than spin while its threads wait (unless the user chose).
-
-    Must run before torch is first imported: libgomp reads OMP_WAIT_POLICY when it loads.
-    """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+def prefer_brief_spinning() -> None:
+    """Ask libgomp to spin only briefly before its waiting threads sleep, unless the user has
+    chosen a wait policy or spin count. Must run before torch is first imported."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = "1000"
 
 
 def default_threads(environ=None) -> int:
