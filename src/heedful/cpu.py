@@ -5,11 +5,11 @@ Two facts about x86 CPUs of the same kind decide things that no config can know 
 - **Threads.** torch's OpenMP threads (libgomp) spin for about 300,000 rounds while they wait
   for each other before they sleep. On a machine whose cores are shared with another busy
   process, a spinning thread burns the time slice its partner needs: a 2-thread training step
-  beside one busy process ran at 45% of the idle rate (benchmarks/shared_cores.py), and a
-  tester saw 3x slower. A short spin (GOMP_SPINCOUNT=1000) kept 97% of the idle rate on an
-  idle machine and about 60% beside a busy process, where sleeping at once (PASSIVE) lost 8%
-  when idle for the same gain. libgomp reads it once, when it loads, so `heedful/__init__.py`
-  sets it before torch is imported; `--threads` chooses the count.
+  beside one busy process ran at 42% of the idle rate (benchmarks/shared_cores.py), and a
+  tester saw a third. A short spin (GOMP_SPINCOUNT=1000) kept 55% there and 95% on an idle
+  machine; sleeping at once (PASSIVE) kept 57% but only 90% when idle. libgomp reads it once,
+  when it loads, so `heedful/__init__.py` sets it before torch is imported; `--threads`
+  chooses the count.
 - **int8.** An int8 matrix product is fast and exact when the CPU multiplies and adds int8
   in 32 bits in one instruction (AVX-512 VNNI, or AVX-VNNI). Without it, u8·s8 products go
   through AVX2's vpmaddubsw, whose 16-bit intermediate sums saturate: CTranslate2's int8 then
