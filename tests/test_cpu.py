@@ -83,7 +83,7 @@ def test_importing_heedful_asks_for_brief_spinning_unless_told_otherwise():
         assert run.returncode == 0, run.stderr
         return run.stdout.strip()
 
-    assert spin_count() == "1000"
+    assert spin_count() == "10000"
     assert spin_count(GOMP_SPINCOUNT="50") == "50"  # the user's choice stands
     assert spin_count(OMP_WAIT_POLICY="ACTIVE") == "None"  # so does their wait policy
 

@@ -6,10 +6,13 @@ Two facts about x86 CPUs of the same kind decide things that no config can know 
   for each other before they sleep. On a machine whose cores are shared with another busy
   process, a spinning thread burns the time slice its partner needs: a 2-thread training step
   beside one busy process ran at 42% of the idle rate (benchmarks/shared_cores.py), and a
-  tester saw a third. A short spin (GOMP_SPINCOUNT=1000) kept 55% there and 95% on an idle
-  machine; sleeping at once (PASSIVE) kept 57% but only 90% when idle. libgomp reads it once,
-  when it loads, so `heedful/__init__.py` sets it before torch is imported; `--threads`
-  chooses the count.
+  tester saw a third. Fewer rounds help there and cost nothing until they are too few for
+  small models, whose threads wait often: 10,000 rounds kept the dates demo's speed (600
+  steps in 23 s, as with the default) and the Multi30k model's idle rate; 1,000 rounds
+  gained a little more beside a busy process but made the demo 40% slower, and sleeping at
+  once (PASSIVE) lost 6-10% on the Multi30k model when idle. libgomp reads the count once, when
+  it loads, so `heedful/__init__.py` sets it before torch is imported; `--threads` chooses
+  the count of threads.
 - **int8.** An int8 matrix product is fast and exact when the CPU multiplies and adds int8
   in 32 bits in one instruction (AVX-512 VNNI, or AVX-VNNI). Without it, u8·s8 products go
   through AVX2's vpmaddubsw, whose 16-bit intermediate sums saturate: CTranslate2's int8 then
@@ -42,7 +45,7 @@ def prefer_brief_spinning() -> None:
     """Ask libgomp to spin only briefly before its waiting threads sleep, unless the user has
     chosen a wait policy or spin count. Must run before torch is first imported."""
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = "1000"
+        os.environ["GOMP_SPINCOUNT"] = "10000"
 
 
 def default_threads(environ=None) -> int:
