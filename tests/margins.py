@@ -10,12 +10,15 @@ token where two outputs part was a near-tie.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from heedful.data.batching import collate
 from heedful.data.tokenizers import EOS
 
 
+@functools.cache  # one table per translator, however many outputs are compared
 def _vocab(translator) -> dict[str, int]:
     tokenizer = translator.tgt_tokenizer
     return {tokenizer.id_to_token(i): i for i in range(len(tokenizer))}

@@ -11,11 +11,9 @@ from heedful.export import FORMATS, QUANTIZATIONS
 from heedful.runtime import ENGINES, load_translator
 from heedful.translator import QUANTIZE
 
-MAX_INPUT_CHARS = 1000  # translate --max-chars: as serve's, a line takes seconds, not minutes
-
 
 class _Errors(click.Group):
-    """Our own errors (bad config, bad corpus, bad checkpoint) print as one clear line, exit 2."""
+    """Our own errors (bad config, bad corpus, bad checkpoint) print as one clear line, exit 1."""
 
     def invoke(self, ctx):
         from heedful.checkpoint import CheckpointError
@@ -163,6 +161,13 @@ def _runtime_options(f):
     return f
 
 
+def _serve_default(name: str):
+    """The default of one of `heedful serve`'s limits (heedful.server.ServerLimits)."""
+    from heedful.server import ServerLimits
+
+    return getattr(ServerLimits, name)
+
+
 def _search_options(f):
     f = click.option(
         "--beam",
@@ -199,7 +204,7 @@ def _search_options(f):
 @click.option(
     "--max-chars",
     type=click.IntRange(min=0),
-    default=MAX_INPUT_CHARS,
+    default=_serve_default("max_chars"),  # one limit for a line, whether translated or served
     show_default=True,
     help="Longest input line, in characters; a longer one stops the command (0: no limit).",
 )
