@@ -61,3 +61,55 @@ def test_bad_overrides_and_missing_file(tmp_path):
     assert load_config(None, ["train.lr=1e-4"]).train.lr == 1e-4  # YAML 1.1 says: a string
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("model:\n  arch: rnn\n  tie_embeddings: true\n", "model.tie_embeddings"),
+        ("model:\n  arch: rnn\n  num_heads: 8\n", "model.num_heads"),
+        ("model:\n  hidden_size: 64\n", "model.hidden_size"),
+        ("model:\n  attention: luong-dot\n", "model.attention"),
+    ],
+)
+def test_a_key_the_family_does_not_read_is_an_error(tmp_path, text, key):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"{key}: only arch"):
+        load_config(path)
+
+
+def test_saved_config_lists_only_the_family_keys_and_loads_back(tmp_path):
+    from heedful.config import save_config
+
+    config = load_config(None, ["model.arch=rnn", "model.hidden_size=64", "generation.num_beams=3"])
+    save_config(config, tmp_path / "c.yaml")
+    text = (tmp_path / "c.yaml").read_text()
+    assert "hidden_size: 64" in text and "num_heads" not in text
+    assert load_config(tmp_path / "c.yaml") == config
+    # a file that lists the other family's keys at their defaults (as older runs wrote) loads
+    assert load_config(None, ["model.arch=rnn", "model.num_heads=4"]).model.arch == "rnn"
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [("generation.num_beams=0", "num_beams"), ("generation.n_best=6", "n_best"),
+     ("generation.length_penalty=11", "length_penalty"), ("generation.max_len_offset=-1",
+     "max_len_offset")],
+)  # fmt: skip
+def test_generation_section_is_range_checked(override, field):
+    with pytest.raises(ConfigError, match=f"generation.{field} must be from"):
+        load_config(None, [override])
+
+
+def test_max_output_length_matches_the_batched_limit():
+    import torch
+
+    from heedful.config import GenerationConfig
+    from heedful.decoding import max_output_lengths
+
+    for ratio, offset in [(1.5, 10), (0.3, 0), (1.1, 3), (0.0, 7), (2.7, 1)]:
+        g = GenerationConfig(max_len_ratio=ratio, max_len_offset=offset)
+        src = torch.ones(40, 41, dtype=torch.long).tril()  # lengths 1..40, the rest is padding
+        batched = max_output_lengths(src, 0, ratio, offset).tolist()
+        assert batched == [g.max_output_length(n) for n in range(1, 41)]

@@ -26,12 +26,7 @@ data:
 model:
   arch: {arch}
   d_model: 16
-  num_heads: 2
-  encoder_layers: 1
-  decoder_layers: 1
-  d_ff: 32
-  hidden_size: 16
-  dropout: 0.0
+{family}  dropout: 0.0
 train:
   seed: 3
   batch_tokens: 300
@@ -41,6 +36,12 @@ train:
   lr: 0.003
   warmup_steps: 5
 """
+
+# each family's own keys: a key the other family reads is an error (ModelConfig.check_given)
+FAMILY = {
+    "transformer": "  num_heads: 2\n  encoder_layers: 1\n  decoder_layers: 1\n  d_ff: 32\n",
+    "rnn": "  hidden_size: 16\n",
+}
 
 
 def corpus(tmp_path: Path) -> Path:
@@ -55,7 +56,8 @@ def corpus(tmp_path: Path) -> Path:
 
 def write_config(tmp_path, data_dir, steps=12, arch="transformer", name="c.yaml") -> Path:
     path = tmp_path / name
-    path.write_text(CONFIG.format(d=data_dir, steps=steps, arch=arch))
+    family = FAMILY[arch]
+    path.write_text(CONFIG.format(d=data_dir, steps=steps, arch=arch, family=family))
     return path
 
 

@@ -42,6 +42,15 @@ def _fraction(key: str, value: float) -> None:
 ARCHS = ("transformer", "rnn")
 RNN_ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat")
 
+# The keys only one family reads; the other family's keys are errors (see ModelConfig.check_given).
+FAMILY_KEYS = {
+    "transformer": (
+        "attention_dropout", "tie_embeddings", "num_heads", "encoder_layers", "decoder_layers",
+        "d_ff", "norm", "positional", "max_positions",
+    ),
+    "rnn": ("rnn_cell", "hidden_size", "rnn_layers", "bidirectional", "attention", "input_feeding"),
+}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -94,6 +103,26 @@ class ModelConfig:
             raise ConfigError(
                 f"model.hidden_size ({self.hidden_size}) must be even with model.bidirectional"
             )
+
+    def check_given(self, given: set[str], prefix: str = "model.") -> None:
+        """A key that only the other family reads is an error, since it would silently do
+        nothing (`tie_embeddings` on an RNN). One that holds its default passes: model
+        directories and runs written before this check list every key."""
+        defaults = ModelConfig()
+        for arch, keys in FAMILY_KEYS.items():
+            if arch == self.arch:
+                continue
+            for key in sorted(given & set(keys)):
+                if getattr(self, key) != getattr(defaults, key):
+                    raise ConfigError(
+                        f"{prefix}{key}: only arch {arch} uses it, this model is "
+                        f"{prefix}arch {self.arch}; remove the key"
+                    )
+
+    def used(self) -> dict:
+        """The keys this model's family reads, as plain data (what a model directory stores)."""
+        unused = {k for arch, keys in FAMILY_KEYS.items() if arch != self.arch for k in keys}
+        return {k: v for k, v in to_dict(self).items() if k not in unused}
 
 
 @dataclass(frozen=True)
@@ -185,11 +214,51 @@ class TrainConfig:
             _fraction(f"train.betas[{i}]", beta)
 
 
+MAX_BEAMS = 256  # the largest num_beams a config or model directory may ask for
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """The default search settings a model is saved with (generation.json)."""
+
+    num_beams: int = 5  # 1 is greedy search
+    length_penalty: float = 1.0  # GNMT alpha: ranking by score / ((5 + |Y|) / 6) ** alpha
+    max_len_ratio: float = 1.5  # output limit = ratio · source length + offset
+    max_len_offset: int = 10
+    n_best: int = 1
+
+    def __post_init__(self) -> None:
+        ranges = {
+            "num_beams": (1, MAX_BEAMS),
+            "n_best": (1, self.num_beams),
+            "length_penalty": (0.0, 10.0),  # GNMT's alpha; Wu et al. 2016 found 0.6-0.7 best
+            "max_len_ratio": (0.0, 100.0),
+            "max_len_offset": (0, 10_000),
+        }
+        for name, (low, high) in ranges.items():
+            value = getattr(self, name)
+            if not (math.isfinite(value) and low <= value <= high):  # also False for NaN
+                raise ConfigError(
+                    f"field generation.{name} must be from {low} to {high}, got {value!r}"
+                )
+
+    def max_output_length(self, source_length: int) -> int:
+        """The output limit for a source of `source_length` tokens, </s> not counted:
+        ratio · S + offset, at least 1 (decoding.max_output_lengths is the same per batch)."""
+        return max(1, int(float(source_length) * self.max_len_ratio + self.max_len_offset))
+
+
+def beams_for(num_beams: int, n_best: int) -> int:
+    """The beam to search with: n outputs need a beam of at least n."""
+    return max(num_beams, n_best)
+
+
 @dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)  # saved with the model
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,7 +316,10 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
             f"{prefix.rstrip('.') or 'the top level'}: {', '.join(sorted(names))})"
         )
     kwargs = {name: _convert(value, hints[name], prefix + name) for name, value in data.items()}
-    return cls(**kwargs)
+    config = cls(**kwargs)
+    if hasattr(config, "check_given"):  # keys that are valid alone but not together
+        config.check_given(set(data), prefix)
+    return config
 
 
 def to_dict(config: Any) -> dict:
@@ -260,7 +332,10 @@ def to_dict(config: Any) -> dict:
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    return plain(dataclasses.asdict(config))
+    data = plain(dataclasses.asdict(config))
+    if isinstance(config, Config):  # the model section lists only its family's keys
+        data["model"] = config.model.used()
+    return data
 
 
 class _Loader(yaml.SafeLoader):

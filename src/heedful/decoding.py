@@ -36,7 +36,8 @@ class Hypothesis:
 
 def max_output_lengths(src: torch.Tensor, pad_id: int, ratio: float, offset: int) -> torch.Tensor:
     """Per-sentence output limit, ratio · source length + offset (B,)."""
-    return ((src != pad_id).sum(1).float() * ratio + offset).long().clamp(min=1)
+    # in float64, as GenerationConfig.max_output_length computes it for one sentence
+    return ((src != pad_id).sum(1).double() * ratio + offset).long().clamp(min=1)
 
 
 @torch.no_grad()
