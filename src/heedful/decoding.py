@@ -1,8 +1,9 @@
 """Search, written once against the models' encode / init_state / decode_step.
 
-Both searches return, for every sentence, the tokens produced and the attention of each step
-(StepAttention layout: cross (L, H, S) per produced token), so that what a picture shows is what
-the model actually did for that output.
+Both searches return, for every sentence, the tokens produced and their log-probability. They
+do not record attention: the weights behind an output come from one teacher-forced pass over it
+(Translator.replay), which computes the same numbers the search saw, since each step sees the
+same prefix, for every layer and head and for any search.
 
 Shapes: B sentences, K beam size, V target vocabulary, S source length, L layers, H heads;
 a decode step sees R = B·K rows, sentence-major (sentence b owns rows b·K .. b·K + K - 1).
@@ -24,14 +25,21 @@ class Hypothesis:
     tokens: produced ids, without <s> and </s>.
     score: sum of the log-probabilities of the tokens and of </s> (if it was produced); beam search
         ranks by score / gnmt_length_penalty but reports this raw sum.
-    cross_attention: (steps, L, H, S) with S the source's real length; one row per produced token
-        plus the </s> step when the sentence finished. None when weights were not requested.
+    finished: whether it ended with </s> (else it was cut at the length limit).
     """
 
     tokens: list[int]
     score: float
-    cross_attention: torch.Tensor | None = None
     finished: bool = True
+
+    def produced(self, eos_id: int) -> list[int]:
+        """The T ids the model chose, step by step: the tokens, then </s> when it finished."""
+        return self.tokens + ([eos_id] if self.finished else [])
+
+    def decoder_input(self, bos_id: int, eos_id: int) -> list[int]:
+        """What the decoder read at each of the T steps (teacher forcing): <s>, then the
+        produced ids shifted by one."""
+        return [bos_id, *self.produced(eos_id)[:-1]]
 
 
 def max_output_lengths(src: torch.Tensor, pad_id: int, ratio: float, offset: int) -> torch.Tensor:
@@ -48,7 +56,6 @@ def greedy_search(
     eos_id: int,
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
-    need_weights: bool = True,
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step until </s> or the length limit."""
     batch = src.size(0)
@@ -59,42 +66,27 @@ def greedy_search(
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     lengths = torch.zeros(batch, dtype=torch.long, device=src.device)  # steps taken, </s> included
     scores = torch.zeros(batch, device=src.device)
-    tokens, weights = [], []
+    tokens = []
     for step in range(int(limits.max())):
-        log_probs, state, step_weights = model.decode_step(memory, state, last, need_weights)
+        log_probs, state, _ = model.decode_step(memory, state, last, need_weights=False)
         best_score, last = log_probs.max(dim=-1)  # (B,)
         active = ~done
         scores += torch.where(active, best_score, torch.zeros_like(best_score))
         lengths += active.long()
         tokens.append(last)
-        if step_weights is not None:  # None without weights, or for a model without attention
-            weights.append(step_weights.cross)  # (B, L, H, S)
         done |= (last == eos_id) | (step + 1 >= limits)
         if bool(done.all()):
             break
-    return _hypotheses(src, model.pad_id, eos_id, tokens, weights, lengths, scores)
-
-
-def _hypotheses(src, pad_id, eos_id, tokens, weights, lengths, scores) -> list[Hypothesis]:
     produced = torch.stack(tokens, dim=1).tolist()  # (B, steps)
-    attention = torch.stack(weights, dim=1) if weights else None  # (B, steps, L, H, S)
-    src_lengths = (src != pad_id).sum(1).tolist()
-    out = []
-    for i, row in enumerate(produced):
-        n = int(lengths[i])
-        cross = None if attention is None else attention[i, :n]
-        out.append(_hypothesis(row[:n], row[n - 1] == eos_id, float(scores[i]), cross,
-                               src_lengths[i]))  # fmt: skip
-    return out
+    return [
+        _hypothesis(row[: int(n)], row[int(n) - 1] == eos_id, float(score))
+        for row, n, score in zip(produced, lengths, scores)
+    ]
 
 
-def _hypothesis(produced, finished, score, cross, src_length) -> Hypothesis:
-    """produced: every chosen token, </s> included when finished; cross (steps, L, H, S).
-
-    The attention is copied out so that a kept hypothesis does not pin the whole batch's.
-    """
-    cross = None if cross is None else cross[..., :src_length].to("cpu", copy=True)
-    return Hypothesis(produced[:-1] if finished else produced, score, cross, finished)
+def _hypothesis(produced: list[int], finished: bool, score: float) -> Hypothesis:
+    """produced: every chosen token, </s> included when finished."""
+    return Hypothesis(produced[:-1] if finished else produced, score, finished)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,44 +131,33 @@ class _Ends:
 
 
 @dataclass
-class _Trace:
-    """What each step saw, per decode row: the token fed in, the row of the previous step it
-    continues (a backpointer) and its cross attention (R, L, H, S), None for a model without."""
+class _History:
+    """What each step saw, per decode row: the token fed in and the row of the previous step it
+    continues (a backpointer), so that a hypothesis's tokens are read back once, at the end."""
 
     fed: list[torch.Tensor]
     parent: list[torch.Tensor]
-    cross: list[torch.Tensor] | None
 
-    def record(self, fed, parent, attention) -> None:
+    def record(self, fed: torch.Tensor, parent: torch.Tensor) -> None:
         self.fed.append(fed)
         self.parent.append(parent)
-        if attention is None:
-            self.cross = None
-        elif self.cross is not None:
-            self.cross.append(attention.cross)
 
-    def backtrack(self, ends: _Ends) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def backtrack(self, ends: _Ends) -> torch.Tensor:
         """Follow the backpointers of M hypotheses (fields (M,)) to step 0, all at once.
 
-        Returns tokens (M, T) and cross attention (M, T, L, H, S), T = 1 + the latest end step;
-        positions past a hypothesis's own end are left as zeros.
+        Returns tokens (M, T), T = 1 + the latest end step; positions past a hypothesis's own
+        end are left as zeros.
         """
         m, steps = ends.step.numel(), int(ends.step.max()) + 1
         tokens = ends.token.new_zeros(m, steps)  # (M, T)
         tokens[torch.arange(m, device=tokens.device), ends.step] = ends.token
-        cross = None
-        if self.cross is not None:
-            cross = self.cross[0].new_zeros(m, steps, *self.cross[0].shape[1:])  # (M, T, L, H, S)
         row = ends.row.clone()
-        for s in range(steps - 1, -1, -1):
+        for s in range(steps - 1, 0, -1):
             here = (ends.step >= s).nonzero().squeeze(1)  # the hypotheses alive at step s
             at = row[here]
-            if cross is not None:
-                cross[here, s] = self.cross[s][at]
-            if s > 0:
-                tokens[here, s - 1] = self.fed[s][at]
-                row[here] = self.parent[s][at]
-        return tokens, cross
+            tokens[here, s - 1] = self.fed[s][at]
+            row[here] = self.parent[s][at]
+        return tokens
 
 
 def _extend(scores: torch.Tensor, log_probs: torch.Tensor, step: int) -> _Ends:
@@ -272,7 +253,6 @@ def beam_search(
     length_penalty: float = 1.0,
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
-    need_weights: bool = True,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch: every sentence's beams decode together as one (B·K) batch.
 
@@ -280,8 +260,7 @@ def beam_search(
     those that ended in </s> ranked by score / lp with lp the GNMT length penalty
     ((5 + |Y|) / 6) ** length_penalty (0 ranks by raw log-probability), then, only if fewer than
     n_best ended, unfinished ones cut at the length limit (ratio · source length + offset).
-    Hypothesis.score stays the raw sum of log-probs; cross_attention is that hypothesis's own
-    (steps, L, H, S), or None without weights or for a model without attention.
+    Hypothesis.score stays the raw sum of log-probs.
 
     A sentence stops once it keeps beam_size finished hypotheses and its best alive one cannot
     beat the worst of them even at the most favourable length (so stopping never changes the
@@ -302,10 +281,10 @@ def beam_search(
     scores = empty.clone()
     scores[:, 0] = 0.0  # one live beam to start: the others would only repeat it
     last = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)  # (B·K,)
-    trace, parents, results = _Trace([], [], []), tile, []  # step 0's parents are never followed
+    history, parents, results = _History([], []), tile, []  # step 0's parents are not followed
     for step in range(int(limits.max())):
-        log_probs, state, attention = model.decode_step(memory, state, last, need_weights)
-        trace.record(last, parents, attention)
+        log_probs, state, _ = model.decode_step(memory, state, last, need_weights=False)
+        history.record(last, parents)
         finished, alive = _split(_extend(scores, log_probs, step), eos_id, k)
         pool = _best_finished(pool, finished, k, length_penalty)
         done, at_limit = _is_done(pool, alive, limits, step, length_penalty)
@@ -322,21 +301,18 @@ def beam_search(
         parents, last, scores = alive.row.reshape(-1), alive.token.reshape(-1), alive.score
         # each row now continues the beam it extends
         state = state.index_select(parents, same_sources)
-    return _collect(results, trace, src, model.pad_id, batch)
+    return _collect(results, history, batch)
 
 
-def _collect(results, trace: _Trace, src, pad_id: int, batch: int) -> list[list[Hypothesis]]:
+def _collect(results, history: _History, batch: int) -> list[list[Hypothesis]]:
     """Read every returned hypothesis's history back in one pass, then group by sentence."""
     sentence = torch.cat([s.unsqueeze(1).expand_as(e) for s, _, e in results]).view(-1)  # (M,)
     ended = torch.cat([e for _, _, e in results]).view(-1)  # (M,)
     ends = _Ends(*(torch.cat(f).view(-1) for f in zip(*(p._fields() for _, p, _ in results))))
     usable = ends.score.isfinite()  # (M,) empty places dropped
     sentence, ended, ends = sentence[usable], ended[usable], ends.keep(usable)
-    tokens, cross = trace.backtrack(ends)
-    src_lengths = (src != pad_id).sum(1).tolist()
+    tokens = history.backtrack(ends).tolist()  # (M, T)
     out: list[list[Hypothesis]] = [[] for _ in range(batch)]
     for i, (b, n) in enumerate(zip(sentence.tolist(), (ends.step + 1).tolist())):
-        attention = None if cross is None else cross[i, :n]
-        out[b].append(_hypothesis(tokens[i, :n].tolist(), bool(ended[i]), float(ends.score[i]),
-                                  attention, src_lengths[b]))  # fmt: skip
+        out[b].append(_hypothesis(tokens[i][:n], bool(ended[i]), float(ends.score[i])))
     return out

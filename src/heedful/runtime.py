@@ -24,16 +24,16 @@ import torch
 from heedful.checkpoint import (
     CTRANSLATE2_DIR,
     CheckpointError,
-    GenerationConfig,
     load_tokenizers,
     read_generation,
     read_model_config,
 )
+from heedful.config import GenerationConfig, ModelConfig
 from heedful.cpu import ctranslate2_compute_type
 from heedful.data.tokenizers import EOS_ID
-from heedful.decoding import gnmt_length_penalty, max_output_lengths
+from heedful.decoding import gnmt_length_penalty
 from heedful.export import export_ctranslate2, import_ctranslate2, vocabulary
-from heedful.translator import QUANTIZE, Translation, Translator
+from heedful.translator import Translation, Translator, blank_outputs, check_quantize
 
 ENGINES = ("torch", "ctranslate2")
 
@@ -67,6 +67,7 @@ class CTranslate2Translator:
         tgt_tokenizer,
         generation: GenerationConfig,
         languages: tuple[str, str] = ("src", "tgt"),
+        config: ModelConfig | None = None,
     ):
         self.ct2, self.src_tokenizer, self.tgt_tokenizer = (
             ct2_translator,
@@ -74,6 +75,7 @@ class CTranslate2Translator:
             tgt_tokenizer,
         )
         self.generation, self.languages, self.device = generation, languages, torch.device("cpu")
+        self.config = config  # the exported model's architecture (Translator.config)
         self.src_vocab = vocabulary(src_tokenizer)
         self.tgt_ids = {token: i for i, token in enumerate(vocabulary(tgt_tokenizer))}
 
@@ -90,12 +92,9 @@ class CTranslate2Translator:
         intra-op threads [default: torch.get_num_threads()], one translation at a time.
         """
         ctranslate2 = import_ctranslate2()
-        if quantize is not None and quantize not in QUANTIZE:
-            raise ValueError(
-                f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZE)}"
-            )
+        check_quantize(quantize)
         model_dir = Path(model_dir)
-        meta, _ = read_model_config(model_dir)
+        meta, config = read_model_config(model_dir)
         src_tokenizer, tgt_tokenizer = load_tokenizers(model_dir, meta)
         generation = read_generation(model_dir)
         saved_int8 = "int8" if meta.get("ctranslate2", {}).get("quantization") == "int8" else None
@@ -119,6 +118,7 @@ class CTranslate2Translator:
             tgt_tokenizer,
             generation,
             (meta.get("src_lang", "src"), meta.get("tgt_lang", "tgt")),
+            config,
         )
 
     def translate(
@@ -140,12 +140,9 @@ class CTranslate2Translator:
         beams = g.num_beams if num_beams is None else num_beams
         if beams < 1 or not 1 <= n_best <= beams:
             raise ValueError(f"need 1 <= n_best <= num_beams, got n_best={n_best}, {beams} beams")
-        out: list[Translation | None] = [None] * len(texts)
-        ids = {i: self.src_tokenizer.encode(t) for i, t in enumerate(texts) if t.strip()}
-        for i, t in enumerate(texts):
-            if i not in ids:
-                out[i] = Translation("", self.src_tokenizer.tokens(t), [], 0.0)
-        limits = {n: _limit(n, g) for n in {len(s) for s in ids.values()}}
+        out, todo = blank_outputs(texts, self.src_tokenizer)
+        ids = {i: self.src_tokenizer.encode(texts[i]) for i in todo}
+        limits = {n: g.max_output_length(n) for n in {len(s) for s in ids.values()}}
         results = {}
         # One CTranslate2 call per `batch_size` sentences of similar length, under the largest
         # limit in the batch. A search under a larger limit runs exactly as under the smaller
@@ -256,12 +253,6 @@ def _open_ctranslate2(ctranslate2, directory: Path, options: dict):
             f"{directory}: CTranslate2 cannot load this model ({type(error).__name__}: "
             f"{error}); if its model.bin is damaged, export the model again"
         ) from None
-
-
-def _limit(source_length: int, g: GenerationConfig) -> int:
-    """Our output limit for a source of this many tokens (decoding.max_output_lengths)."""
-    src = torch.ones(1, source_length, dtype=torch.long)  # no padding: length S
-    return int(max_output_lengths(src, 0, g.max_len_ratio, g.max_len_offset))
 
 
 def _batches(order: list[int], key, size: int):

@@ -10,10 +10,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from heedful.checkpoint import GenerationConfig, load_model_dir
+from heedful.checkpoint import load_model_dir
+from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.batching import pad
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
-from heedful.decoding import Hypothesis, greedy_search
+from heedful.decoding import Hypothesis, beam_search, greedy_search
+from heedful.models.base import Seq2SeqOutput
 
 
 @dataclass
@@ -36,6 +38,30 @@ class Translation:
 
 DEFAULT_GENERATION = GenerationConfig()
 QUANTIZE = ("int8",)  # Translator.load(quantize=...): dynamic int8 nn.Linear weights, CPU only
+
+
+def check_quantize(quantize: str | None, device: str | torch.device = "cpu") -> None:
+    """Refuse a quantization we do not offer, or one asked for off the CPU (both engines)."""
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZE)}")
+    if quantize is not None and torch.device(device).type != "cpu":
+        raise ValueError(
+            f"--quantize {quantize} runs on the CPU only (torch's dynamic quantization has "
+            f"no {torch.device(device).type} kernels); load on device 'cpu' or drop it"
+        )
+
+
+def blank_outputs(texts: Sequence[str], src_tokenizer) -> tuple[list, list[int]]:
+    """The answers of both engines' translate() with the blank texts already answered (an
+    empty Translation) and the indices of the others, which still need a search."""
+    out: list[Translation | None] = [None] * len(texts)
+    todo = []
+    for i, text in enumerate(texts):
+        if text.strip():
+            todo.append(i)
+        else:
+            out[i] = Translation("", src_tokenizer.tokens(text), [], 0.0)
+    return out, todo
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
@@ -108,15 +134,7 @@ class Translator:
         quantize: str | None = None,
     ) -> Translator:
         """Load a model directory; quantize="int8" makes its Linear layers int8 (CPU only)."""
-        if quantize is not None and quantize not in QUANTIZE:
-            raise ValueError(
-                f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZE)}"
-            )
-        if quantize is not None and torch.device(device).type != "cpu":
-            raise ValueError(
-                f"--quantize {quantize} runs on the CPU only (torch's dynamic quantization has "
-                f"no {torch.device(device).type} kernels); load on device 'cpu' or drop it"
-            )
+        check_quantize(quantize, device)
         loaded = load_model_dir(model_dir)
         model = loaded.model if quantize is None else quantize_int8(loaded.model)
         return cls(
@@ -127,6 +145,11 @@ class Translator:
             device,
             (loaded.src_lang, loaded.tgt_lang),
         )
+
+    @property
+    def config(self) -> ModelConfig:
+        """The model's architecture (family, sizes, attention kind): what to dispatch on."""
+        return self.model.config
 
     def translate(
         self,
@@ -140,47 +163,61 @@ class Translator:
         """Translate texts in order, `batch_size` at a time; empty texts give empty outputs.
 
         num_beams=1 is greedy search; `settings` override other GenerationConfig fields
-        (length_penalty, max_len_ratio, max_len_offset).
+        (length_penalty, max_len_ratio, max_len_offset). need_weights: each Translation's
+        attention is its cross-attention, from replay().
         """
-        g = replace(self.generation, **settings)
-        beams = g.num_beams if num_beams is None else num_beams
-        out: list[Translation | None] = [None] * len(texts)
-        order = [i for i, t in enumerate(texts) if t.strip()]
+        out, order = blank_outputs(texts, self.src_tokenizer)
         order.sort(key=lambda i: len(texts[i]))  # similar lengths together: less padding
-        for i, t in enumerate(texts):
-            if not t.strip():
-                out[i] = Translation("", self.src_tokenizer.tokens(t), [], 0.0)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            src = pad([self.src_tokenizer.encode(texts[i]) for i in chunk]).to(self.device)
-            for i, hyps in zip(chunk, self._search(src, beams, n_best, g, need_weights)):
+            ids = [self.src_tokenizer.encode(texts[i]) for i in chunk]
+            src = pad(ids).to(self.device)  # (B, S)
+            found = self.search(src, num_beams, n_best, **settings)
+            for row, (i, hyps) in enumerate(zip(chunk, found)):
                 first, *rest = [self._translation(texts[i], h) for h in hyps]
+                if need_weights:
+                    source = src[row : row + 1, : len(ids[row])]  # (1, S) without padding
+                    for translation, hyp in zip([first, *rest], hyps):
+                        translation.attention = self._cross_attention(source, hyp)
                 first.alternatives = rest or None
                 out[i] = first
         return out  # type: ignore[return-value]
 
-    def _search(
-        self, src, beams, n_best, g: GenerationConfig, need_weights
+    @torch.no_grad()
+    def search(
+        self, src: torch.Tensor, num_beams: int | None = None, n_best: int = 1, **settings
     ) -> list[list[Hypothesis]]:
-        if beams == 1 and n_best == 1:
-            hyps = greedy_search(
-                self.model, src, BOS_ID, EOS_ID, g.max_len_ratio, g.max_len_offset, need_weights
-            )
-            return [[h] for h in hyps]
-        from heedful.decoding import beam_search
+        """The n_best outputs of each sentence of src (B, S), best first, no attention.
 
+        num_beams: None takes the model's default (generation.json); 1 with n_best=1 is greedy
+        search. settings: other GenerationConfig fields (length_penalty, max_len_ratio,
+        max_len_offset).
+        """
+        g = replace(self.generation, **settings)
+        beams = g.num_beams if num_beams is None else num_beams
+        lengths = {"max_len_ratio": g.max_len_ratio, "max_len_offset": g.max_len_offset}
+        if beams == 1 and n_best == 1:
+            return [[h] for h in greedy_search(self.model, src, BOS_ID, EOS_ID, **lengths)]
         return beam_search(
-            self.model,
-            src,
-            BOS_ID,
-            EOS_ID,
-            beam_size=beams,
-            n_best=n_best,
-            length_penalty=g.length_penalty,
-            max_len_ratio=g.max_len_ratio,
-            max_len_offset=g.max_len_offset,
-            need_weights=need_weights,
+            self.model, src, BOS_ID, EOS_ID, beams, n_best, g.length_penalty, **lengths
         )
+
+    @torch.no_grad()
+    def replay(self, src: torch.Tensor, hypothesis: Hypothesis) -> Seq2SeqOutput:
+        """The one way to see where the model looked for an output: feed the hypothesis back
+        (teacher forcing) with need_weights=True. Each step sees the prefix the search saw, so
+        these are the numbers the search computed, for every layer and head.
+
+        src: (1, S) the source without padding. Returns logits (1, T, V) and attention
+        (AttentionMaps; None for an RNN without attention), T the produced tokens with </s>.
+        """
+        tgt_in = torch.tensor([hypothesis.decoder_input(BOS_ID, EOS_ID)], device=src.device)
+        return self.model(src, tgt_in, need_weights=True)
+
+    def _cross_attention(self, src: torch.Tensor, hypothesis: Hypothesis) -> torch.Tensor | None:
+        """(T, L, H, S) cross-attention of one output, or None for a model without attention."""
+        maps = self.replay(src, hypothesis).attention
+        return None if maps is None else maps.cross[0].permute(2, 0, 1, 3).cpu()
 
     def _translation(self, text: str, hyp: Hypothesis) -> Translation:
         tokens = [self.tgt_tokenizer.id_to_token(i) for i in hyp.tokens]
@@ -189,7 +226,6 @@ class Translator:
             self.src_tokenizer.tokens(text),
             tokens + ([EOS] if hyp.finished else []),
             hyp.score,
-            hyp.cross_attention,
         )
 
 

@@ -56,18 +56,26 @@ def batch(seed=1, b=3, s=7, t=5):
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_cached_decoding_equals_teacher_forcing(name):
-    """Step-by-step decode_step (with caches) gives the same distributions as one forward."""
+    """Step-by-step decode_step (with caches) gives the same distributions and cross-attention
+    as one teacher-forced forward: why Translator.replay shows what a search saw."""
     model = make(name).eval()
     src, tgt = batch()
     with torch.no_grad():
-        full = model(src, tgt).logits.log_softmax(-1)
+        full = model(src, tgt, need_weights=True)
         memory = model.encode(src)
         state = model.init_state(memory)
-        steps = []
+        steps, weights = [], []
         for t in range(tgt.size(1)):
-            log_probs, state, _ = model.decode_step(memory, state, tgt[:, t])
+            log_probs, state, step = model.decode_step(memory, state, tgt[:, t])
             steps.append(log_probs)
-    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-5, rtol=1e-5)
+            weights.append(None if step is None else step.cross)  # (B, L, H, S)
+    log_probs = full.logits.log_softmax(-1)
+    torch.testing.assert_close(torch.stack(steps, 1), log_probs, atol=1e-5, rtol=1e-5)
+    if full.attention is None:  # an RNN without attention
+        assert all(w is None for w in weights)
+    else:
+        stepped = torch.stack(weights, 3)  # (B, L, H, T, S)
+        torch.testing.assert_close(stepped, full.attention.cross, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -50,4 +50,9 @@ BUILDERS = {"transformer": _transformer, "rnn": _rnn}
 def build_model(
     config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0
 ) -> nn.Module:
-    return BUILDERS[config.arch](config, src_vocab_size, tgt_vocab_size, pad_id)
+    """The model `config` describes. It carries the config as `model.config` (as nanoGPT's
+    GPT(config) does), so that code holding a model asks it what it is: `model.config.arch`,
+    `model.config.attention`, never isinstance checks."""
+    model = BUILDERS[config.arch](config, src_vocab_size, tgt_vocab_size, pad_id)
+    model.config = config  # a plain attribute: not a parameter, not in the state dict
+    return model
