@@ -153,7 +153,7 @@ class CTranslate2Translator:
         again = []
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            found = self._search(
+            found = self._translate_batch(
                 [[self.src_vocab[k] for k in ids[i]] for i in chunk],  # pieces, not ids
                 beams,
                 max(limits[len(ids[i])] for i in chunk),
@@ -167,7 +167,9 @@ class CTranslate2Translator:
         again.sort(key=lambda i: (limits[len(ids[i])], len(ids[i])))
         for chunk in _batches(again, lambda i: limits[len(ids[i])], batch_size):
             source = [[self.src_vocab[k] for k in ids[i]] for i in chunk]
-            results.update(zip(chunk, self._search(source, beams, limits[len(ids[chunk[0]])])))
+            results.update(
+                zip(chunk, self._translate_batch(source, beams, limits[len(ids[chunk[0]])]))
+            )
         for i, result in results.items():
             hyps = self._ranked(result.hypotheses, result.scores, g.length_penalty)
             first, *rest = [self._translation(texts[i], *h) for h in hyps[:n_best]]
@@ -175,7 +177,7 @@ class CTranslate2Translator:
             out[i] = first
         return out  # type: ignore[return-value]
 
-    def _search(self, source: list[list[str]], beams: int, limit: int):
+    def _translate_batch(self, source: list[list[str]], beams: int, limit: int):
         """CTranslate2's search over one batch whose sentences share the output limit."""
         try:
             return self.ct2.translate_batch(
