@@ -81,16 +81,9 @@ class ModelConfig:
         _choice("model.positional", self.positional, ("sinusoidal", "learned"))
         _choice("model.rnn_cell", self.rnn_cell, ("gru", "lstm"))
         _choice("model.attention", self.attention, RNN_ATTENTIONS)
-        for name in (
-            "d_model",
-            "num_heads",
-            "encoder_layers",
-            "decoder_layers",
-            "d_ff",
-            "max_positions",
-            "hidden_size",
-            "rnn_layers",
-        ):
+        sizes = ("d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
+                 "max_positions", "hidden_size", "rnn_layers")  # fmt: skip
+        for name in sizes:
             _positive(f"model.{name}", getattr(self, name))
         for name in ("dropout", "attention_dropout"):
             _fraction(f"model.{name}", getattr(self, name))
@@ -193,19 +186,9 @@ class TrainConfig:
         _choice("train.early_stopping_metric", self.early_stopping_metric, ("bleu", "chrf", "loss"))
         if not 0 <= self.seed < 2**63:  # torch.manual_seed takes no more
             raise ConfigError(f"train.seed: must be in [0, 2**63), got {self.seed}")
-        for name in (
-            "batch_tokens",
-            "max_steps",
-            "max_epochs",
-            "max_time",
-            "lr",
-            "eval_every",
-            "log_every",
-            "accumulate",
-            "keep_best",
-            "patience",
-            "threads",
-        ):
+        positive = ("batch_tokens", "max_steps", "max_epochs", "max_time", "lr", "eval_every",
+                    "log_every", "accumulate", "keep_best", "patience", "threads")  # fmt: skip
+        for name in positive:
             _positive(f"train.{name}", getattr(self, name))
         for name in ("warmup_steps", "weight_decay", "clip_norm"):
             _positive(f"train.{name}", getattr(self, name), allow_zero=True)
