@@ -1,7 +1,14 @@
 import pytest
 import sacrebleu
 
-from heedful.evaluation import bleu_by_length, corpus_scores, exact_match, format_length_table
+from heedful.evaluation import (
+    bleu_by_length,
+    corpus_scores,
+    exact_match,
+    format_length_table,
+    higher_is_better,
+    improves,
+)
 
 HYPS = ["A man is riding a horse .", "Two dogs play in the snow", "a cat", "The child runs fast."]
 REFS = [
@@ -38,3 +45,11 @@ def test_bleu_by_length_buckets_the_right_sentences():
     empty = bleu_by_length(sources[:1], HYPS[:1], REFS[:1])
     assert empty[1].sentences == 0 and empty[1].bleu is None
     assert "| 11-20 | 0 | - |" in format_length_table(empty)
+
+
+def test_which_way_each_score_improves():
+    assert [higher_is_better(m) for m in ("bleu", "chrf", "dev_exact_match")] == [True] * 3
+    assert [higher_is_better(m) for m in ("loss", "ppl", "ter")] == [False] * 3
+    assert improves("loss", 1.0, None) and improves("loss", 1.0, 2.0)
+    assert not improves("loss", 2.0, 1.0) and not improves("loss", 1.0, 1.0)  # a tie does not
+    assert improves("bleu", 2.0, 1.0) and not improves("bleu", 1.0, 2.0)

@@ -127,8 +127,12 @@ def test_run_directory_contents_and_force(tmp_path):
         "--no-progress",
         "--set",
         "train.keep_best=1",
+        "--set",
+        "generation.length_penalty=0.6",
     )
     assert (run_dir / "config.yaml").read_text().count("keep_best: 1") == 1
+    generation = json.loads((run_dir / "latest" / "generation.json").read_text())
+    assert generation["length_penalty"] == 0.6  # the config's search settings, not the defaults
     records = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert any('"bleu"' in r for r in records) and any('"train_loss"' in r for r in records)
     padding = [json.loads(r)["padding"] for r in records if '"padding"' in r]

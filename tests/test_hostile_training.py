@@ -94,7 +94,7 @@ def first_run(env: Env) -> None:
 
 
 def killed_between_renames(keep_old: bool, keep_complete_build: bool):
-    """The state a kill between publish_directory's renames leaves: step-8 moved aside as
+    """The state a kill between io.staged's two renames leaves: step-8 moved aside as
     .old-PID (if keep_old), the new copy as a staging dir (whole, or cut off), `latest` dangling."""
 
     def before(env: Env) -> None:
@@ -217,7 +217,7 @@ HUGE = b"x" * 3_000_000  # a multi-megabyte line
 TSV_ONLY = ("data.train_src=null", "data.train_tgt=null")
 
 CASES = [
-    # 6: a kill between publish_directory's two renames
+    # 6: a kill between io.staged's two renames
     pytest.param(
         Case(
             before=killed_between_renames(keep_old=True, keep_complete_build=False),
@@ -504,13 +504,11 @@ def test_hostile_training_input(tmp_path, monkeypatch, case: Case):
 
 def test_publish_error_between_the_renames_puts_the_old_copy_back(tmp_path, monkeypatch):
     """An error (not a kill) in the second rename must not leave `final` missing."""
-    from heedful import checkpoint
+    from heedful import io
 
     final = tmp_path / "step-1"
     final.mkdir()
     (final / "weights").write_text("old")
-    build = checkpoint.staging_directory(final)
-    (build / "weights").write_text("new")
     real, calls = os.replace, []
 
     def failing_second(src, dst):
@@ -519,11 +517,11 @@ def test_publish_error_between_the_renames_puts_the_old_copy_back(tmp_path, monk
             raise OSError(28, "No space left on device")
         real(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "replace", failing_second)
-    with pytest.raises(OSError, match="No space"):
-        checkpoint.publish_directory(build, final)
+    with pytest.raises(OSError, match="No space"), io.staged(final) as build:
+        (build / "weights").write_text("new")
+        monkeypatch.setattr(io.os, "replace", failing_second)
     assert (final / "weights").read_text() == "old"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [build.name, "step-1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-1"]  # the staging dir is gone
 
 
 def test_row13_a_live_trainer_holds_the_run_and_a_killed_one_frees_it(tmp_path):

@@ -1,18 +1,15 @@
-"""The training loop's parts: schedule, data order, stopping limits."""
+"""The training loop's parts: batches, data order, stopping limits, resuming."""
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from heedful.config import ModelConfig, TrainConfig
+from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from heedful.models.build import build_model
-from heedful.training import BatchStream, learning_rate_factor, train
-
-
-def test_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():
-    assert learning_rate_factor(50, 100, "inverse_sqrt") == pytest.approx(0.5)
-    assert learning_rate_factor(100, 100, "inverse_sqrt") == pytest.approx(1.0)
-    assert learning_rate_factor(400, 100, "inverse_sqrt") == pytest.approx(0.5)
-    assert learning_rate_factor(400, 100, "constant") == 1.0
+from heedful.training import Batch, BatchStream, train
+from heedful.training_state import TrainState
 
 
 def data(n=40):
@@ -36,10 +33,21 @@ def test_batch_stream_resumes_at_any_position():
     assert resumed.epochs_done() >= 1
 
 
+MODEL = ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32)
+
+
+def test_a_batch_names_its_tensors():
+    batch = Batch.of([[4, 5, 6], [7]], [[8, 9], [10]])
+    assert batch.tgt_in.tolist() == [[BOS_ID, 8, 9], [BOS_ID, 10, PAD_ID]]
+    assert batch.tgt_out.tolist() == [[8, 9, EOS_ID], [10, EOS_ID, PAD_ID]]
+    assert batch.src.shape == (2, 3) and batch.target_tokens() == 5
+    src, tgt = data()
+    assert isinstance(BatchStream(src, tgt, 40, seed=5).next(), Batch)
+
+
 def test_max_epochs_stops_after_exactly_one_pass():
     src, tgt = data()
-    config = ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32)
-    model = build_model(config, 12, 12)
+    model = build_model(MODEL, 12, 12)
     per_epoch = len(BatchStream(src, tgt, 60, seed=1)._order)
     result = train(
         model,
@@ -58,3 +66,57 @@ def test_bf16_is_automatic_only_on_a_gpu():
     assert use_bf16(True, "cpu") is True and use_bf16(False, "cpu") is False
     if torch.cuda.is_available():
         assert use_bf16(None, "cuda") == torch.cuda.is_bf16_supported()
+
+
+@pytest.mark.parametrize(
+    ("metric", "values", "stopped_by", "steps"),
+    [
+        ("loss", [3.0, 2.0, 1.0, 0.5], "max_steps", 8),  # lower loss is better: never stops
+        ("loss", [1.0, 2.0, 3.0, 4.0], "patience", 6),  # two validations without improving
+        ("bleu", [3.0, 2.0, 1.0, 0.5], "patience", 6),  # higher BLEU is better
+    ],
+)
+def test_patience_counts_validations_without_improvement(metric, values, stopped_by, steps):
+    src, tgt = data()
+    scores = iter(values)
+    config = TrainConfig(
+        batch_tokens=60, max_steps=8, eval_every=2, early_stopping_metric=metric, patience=2
+    )
+    result = train(
+        build_model(MODEL, 12, 12),
+        src,
+        tgt,
+        config,
+        validate=lambda _: {metric: next(scores)},
+        progress=False,
+    )
+    assert (result.stopped_by, result.steps) == (stopped_by, steps)
+    assert [m["best"] for m in result.history][:2] == [True, stopped_by == "max_steps"]
+
+
+def test_a_run_resumed_from_its_state_continues_bit_for_bit(tmp_path):
+    """Dropout draws from the RNG and Adam keeps moments: both must come back exactly."""
+    src, tgt = data()
+    config = TrainConfig(batch_tokens=60, max_steps=8, eval_every=4, warmup_steps=3, seed=2)
+    torch.manual_seed(0)
+    straight = build_model(MODEL, 12, 12)  # dropout 0.1
+    start = {k: v.clone() for k, v in straight.state_dict().items()}
+    train(straight, src, tgt, config, progress=False)
+
+    half = build_model(MODEL, 12, 12)
+    half.load_state_dict(start)
+    saved = {}
+
+    def save(state, metrics):
+        state.save(tmp_path)
+        saved.update({k: v.clone() for k, v in half.state_dict().items()})
+
+    train(half, src, tgt, replace(config, max_steps=4), progress=False, save=save)
+    torch.rand(10)  # a new process: the generator is elsewhere
+    resumed = build_model(MODEL, 12, 12)
+    resumed.load_state_dict(saved)
+    state = TrainState.resume(tmp_path, resumed, config)
+    assert state.progress.step == 4
+    train(resumed, src, tgt, config, progress=False, state=state)
+    for name, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[name]), name

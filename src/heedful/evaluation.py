@@ -7,6 +7,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# Scores where a smaller value is the better one: the validation loss and its perplexity, and
+# TER (edits per reference word). BLEU, chrF and exact match grow with quality.
+LOWER_IS_BETTER = frozenset({"loss", "ppl", "ter"})
+
+
+def higher_is_better(metric: str) -> bool:
+    """Which way `metric` improves: what early stopping and "best checkpoint" rank by."""
+    return metric not in LOWER_IS_BETTER
+
+
+def improves(metric: str, value: float, best: float | None) -> bool:
+    """Whether `value` beats `best` (None: nothing to beat yet); a tie does not."""
+    if best is None:
+        return True
+    return value > best if higher_is_better(metric) else value < best
+
 
 def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Fraction of hypotheses identical to their reference (the dates task's metric)."""

@@ -42,17 +42,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from heedful.checkpoint import (
-    CTRANSLATE2_DIR,
-    CheckpointError,
-    atomic_write_json,
-    load_model_dir,
-    publish_directory,
-    read_model_config,
-    staging_directory,
-)
+from heedful.checkpoint import CTRANSLATE2_DIR, CheckpointError, load_model_dir, read_model_config
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
+from heedful.io import atomic_write_json, staged
 from heedful.positional import sinusoidal_encoding
 
 FORMATS = ("ctranslate2",)
@@ -213,8 +206,7 @@ def export_ctranslate2(
         loaded.model, loaded.model_config, loaded.src_tokenizer, loaded.tgt_tokenizer
     )
     spec.optimize(quantization=quantization)  # aliases equal weights (tied ones), quantizes
-    build = staging_directory(Path(output))
-    try:
+    with staged(Path(output)) as build:
         (build / CTRANSLATE2_DIR).mkdir()
         spec.save(str(build / CTRANSLATE2_DIR))
         for name in ("tokenizer.src", "tokenizer.tgt", "generation.json"):
@@ -226,8 +218,4 @@ def export_ctranslate2(
             "exported_from": str(model_dir.resolve()),
         }
         atomic_write_json(build / "config.json", meta)
-        publish_directory(build, Path(output))
-    except BaseException:
-        shutil.rmtree(build, ignore_errors=True)
-        raise
     return Path(output)

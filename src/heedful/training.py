@@ -1,8 +1,8 @@
 """The training loop: forward, loss, backward, clip, step, schedule; validate and save every N.
 
 One explicit function, no trainer framework: read `train` top to bottom to know what happens.
-Everything a resumed run needs to continue bit for bit lives in `TrainProgress` (plus the
-optimizer, scheduler and torch RNG, which the caller's checkpoint hook saves).
+What it carries from step to step (optimizer, schedule, progress) is a `TrainState`
+(training_state.py), made fresh from the seed or resumed from a checkpoint.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -22,23 +23,33 @@ from torch import nn
 from heedful.config import TrainConfig
 from heedful.data.batching import bucketed_batches, collate
 from heedful.data.tokenizers import PAD_ID
+from heedful.evaluation import improves
+from heedful.training_state import TrainProgress, TrainState
+from heedful.training_state import make_optimizer as make_optimizer  # benchmarks import it here
 
 
 class TrainingError(ValueError):
     """Training cannot go on (the loss or the weights stopped being finite); says at which step."""
 
 
-@dataclass
-class TrainProgress:
-    """Where training stands; saved in every checkpoint, restored on resume."""
+class Batch(NamedTuple):
+    """Padded ids: src (B, S); tgt_in (B, T) = <s> y, what the decoder reads; tgt_out (B, T) =
+    y </s>, what it should predict (teacher forcing)."""
 
-    step: int = 0
-    epoch: int = 0  # data position: epoch number and batch index within it
-    batch_in_epoch: int = 0
-    tokens: int = 0  # target tokens trained on
-    seconds: float = 0.0  # training wall-clock time, summed over resumed sessions
-    best_score: float | None = None  # best validation value of the early-stopping metric
-    bad_validations: int = 0  # validations since the best one
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+    @classmethod
+    def of(cls, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> Batch:
+        return cls(*collate(src_ids, tgt_ids))
+
+    def to(self, device: str | torch.device) -> Batch:
+        return Batch(*(t.to(device) for t in self))
+
+    def target_tokens(self) -> int:
+        """The target positions that are not padding: what the loss averages over."""
+        return int((self.tgt_out != PAD_ID).sum())
 
 
 @dataclass
@@ -71,18 +82,10 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
-
-def learning_rate_factor(step: int, warmup_steps: int, schedule: str) -> float:
-    """Multiplier of the peak learning rate at `step` (1-based).
-
-    Linear warm-up to the peak, then either constant or the inverse square root decay of
-    Vaswani et al. 2017, §5.3 ("Noam"), normalised so the peak is exactly `train.lr`.
-    """
-    if warmup_steps > 0 and step < warmup_steps:
-        return step / warmup_steps
-    if schedule == "inverse_sqrt":
-        return math.sqrt(max(warmup_steps, 1) / step)
-    return 1.0
+    def barrier(self) -> None:
+        """Wait until every process gets here (nothing to wait for alone)."""
+        if self.world_size > 1:
+            torch.distributed.barrier()
 
 
 def use_bf16(setting: bool | None, device: str | torch.device) -> bool:
@@ -93,19 +96,6 @@ def use_bf16(setting: bool | None, device: str | torch.device) -> bool:
         return setting
     device = torch.device(device)
     return device.type == "cuda" and torch.cuda.is_bf16_supported()
-
-
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    kind = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
-    return kind(
-        model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
-    )
-
-
-def make_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig):
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: learning_rate_factor(i + 1, config.warmup_steps, config.schedule)
-    )
 
 
 def sequence_loss(
@@ -145,20 +135,20 @@ class BatchStream:
         """Complete passes over the data so far."""
         return self.epoch + (1 if self.batch >= len(self._order) else 0)
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def next(self) -> Batch:
         if self.batch >= len(self._order):
             self.epoch, self.batch = self.epoch + 1, 0
             self._order = self._epoch_order()
         indices = self._order[self.batch]
         self.batch += 1
-        return collate([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices])
+        return Batch.of([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices])
 
 
-def _shard(batch, dist: Distributed):
+def _shard(batch: Batch, dist: Distributed) -> tuple[Batch, float]:
     """This rank's rows of a global batch; a rank left without rows gets one row, weighted 0."""
-    rows = list(range(dist.rank, batch[0].size(0), dist.world_size))
+    rows = list(range(dist.rank, batch.src.size(0), dist.world_size))
     weight = 1.0 if rows else 0.0
-    return tuple(t[rows or [0]] for t in batch), weight
+    return Batch(*(t[rows or [0]] for t in batch)), weight
 
 
 def train(
@@ -169,123 +159,128 @@ def train(
     validate: Callable[[nn.Module], dict] | None = None,
     good_enough: Callable[[dict], bool] | None = None,
     progress: bool = True,
-    save: Callable[[TrainProgress, dict | None], None] | None = None,
+    save: Callable[[TrainState, dict | None], None] | None = None,
     log: Callable[[dict], None] | None = None,
-    state: tuple[torch.optim.Optimizer, object, TrainProgress] | None = None,
+    state: TrainState | None = None,
     dist: Distributed = Distributed(),
     device: str | torch.device = "cpu",
 ) -> TrainResult:
     """Train `model` in place until max_steps / max_epochs / max_time, early stop, or `good_enough`.
 
-    validate(model) -> metrics runs every `eval_every` steps in eval mode; `save(progress,
+    validate(model) -> metrics runs every `eval_every` steps in eval mode; `save(state,
     metrics)` is then called (and once more at the end) to checkpoint; `log(record)` receives
-    training records. `state` = (optimizer, scheduler, progress) resumes a run; `dist` shards
-    each global batch across processes (the model is then wrapped in DistributedDataParallel).
+    training records. `state` resumes a run (default: TrainState.fresh); `dist` shards each
+    global batch across processes (the model is then wrapped in DistributedDataParallel).
     """
-    from tqdm.auto import tqdm
-
-    if state is None:
-        torch.manual_seed(config.seed)
-        optimizer = make_optimizer(model, config)
-        state = (optimizer, make_scheduler(optimizer, config), TrainProgress())
-    optimizer, scheduler, p = state
+    state = state if state is not None else TrainState.fresh(model, config)
+    p = state.progress
     stream = BatchStream(
         src_ids, tgt_ids, config.batch_tokens, config.seed, p.epoch, p.batch_in_epoch
     )
-    net = model
-    if dist.world_size > 1:
-        net = nn.parallel.DistributedDataParallel(model)
-    autocast = (
-        torch.autocast(torch.device(device).type, torch.bfloat16)
-        if use_bf16(config.bf16, device)
-        else nullcontext()
-    )
-    bar = tqdm(
-        total=config.max_steps,
-        initial=p.step,
-        disable=not (progress and dist.is_main),
-        unit="step",
-        dynamic_ncols=True,
-    )
-    history, stopped_by, session_start, start_seconds = (
-        [],
-        "max_steps",
-        time.perf_counter(),
-        p.seconds,
-    )
+    net = nn.parallel.DistributedDataParallel(model) if dist.world_size > 1 else model
+    autocast = _autocast(config, device)
+    bar = _progress_bar(config, p, show=progress and dist.is_main)
+    history: list[dict] = []
+    session_start, start_seconds = time.perf_counter(), p.seconds
     model.train()
-    while p.step < config.max_steps:
-        if config.max_epochs is not None and stream.epochs_done() >= config.max_epochs:
-            stopped_by = "max_epochs"
-            break
-        # One optimizer step over `accumulate` global batches. Each rank's loss is its share of
-        # the global token mean, so gradients match one process on the whole batch.
-        batches = [tuple(t.to(device) for t in stream.next()) for _ in range(config.accumulate)]
-        total_tokens = sum(int((b[2] != PAD_ID).sum()) for b in batches)
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for i, batch in enumerate(batches):
-            (src, tgt_in, tgt_out), weight = _shard(batch, dist)
-            sync = i == len(batches) - 1 or dist.world_size == 1
-            with autocast, nullcontext() if sync else net.no_sync():
-                logits = net(src, tgt_in).logits  # (B, T, V)
-                loss = sequence_loss(logits, tgt_out, config.label_smoothing, "sum")
-                (loss * weight * dist.world_size / total_tokens).backward()
-            loss_sum += loss.item() * weight
-        _check_loss("training", loss_sum, p.step + 1, config)
-        if config.clip_norm > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-        optimizer.step()
-        scheduler.step()
-        p.step, p.tokens = p.step + 1, p.tokens + total_tokens
+    while (stopped_by := _limit_reached(config, stream, p)) is None:
+        batches = [stream.next().to(device) for _ in range(config.accumulate)]
+        loss_sum, tokens = _optimizer_step(net, model, batches, state, config, dist, autocast)
+        p.step, p.tokens = p.step + 1, p.tokens + tokens
         p.epoch, p.batch_in_epoch = stream.epoch, stream.batch
         p.seconds = start_seconds + time.perf_counter() - session_start
         bar.update(1)
         if p.step % config.log_every == 0:
-            record = {
-                "step": p.step,
-                "train_loss": loss_sum * dist.world_size / total_tokens,
-                "lr": scheduler.get_last_lr()[0],
-                "tokens_per_s": p.tokens / max(p.seconds, 1e-9),
-                # running totals: differences between two records give the rate of a stretch
-                "tokens": p.tokens,
-                "seconds": p.seconds,
-                "epoch": p.epoch,
-                # share of the step's target positions that are padding (bucketing keeps it low)
-                "padding": 1.0 - total_tokens / sum(b[2].numel() for b in batches),
-            }
-            bar.set_postfix(
-                loss=f"{record['train_loss']:.3f}",
-                lr=f"{record['lr']:.2e}",
-                tok_s=f"{record['tokens_per_s']:.0f}",
-            )
-            if log is not None:
-                log(record)
+            _log(_record(state, loss_sum * dist.world_size, tokens, batches), bar, log)
         if p.step % config.eval_every == 0:
-            metrics = None
-            if validate is not None:
-                metrics = _validate(model, validate, p)
-                _check_loss("validation", metrics.get("loss", 0.0), p.step, config)
+            metrics = None if validate is None else _validate(model, validate, p, config, bar, dist)
+            if metrics is not None:
                 history.append(metrics)
-                if dist.is_main:
-                    bar.write("  ".join(_fmt(k, v) for k, v in metrics.items()))
                 stopped_by = _early_stop(metrics, config, p, good_enough)
-            if save is not None:
-                _check_weights(model, p.step, config)
-                save(p, metrics)
-            if stopped_by in ("validation", "patience"):
+            _save(save, model, state, metrics, config)
+            if stopped_by is not None:
                 break
         if config.max_time is not None and p.seconds >= config.max_time:
             stopped_by = "max_time"
             break
-    else:
-        stopped_by = "max_steps"
     bar.close()
-    if save is not None and p.step % config.eval_every != 0:
-        _check_weights(model, p.step, config)
-        save(p, None)  # a clean final checkpoint at whatever step we stopped
+    if p.step % config.eval_every != 0:
+        _save(save, model, state, None, config)  # a clean final checkpoint wherever we stopped
     model.eval()
     return TrainResult(p, stopped_by, history)
+
+
+def _limit_reached(config: TrainConfig, stream: BatchStream, p: TrainProgress) -> str | None:
+    """The step or epoch limit that ends training before another step, or None to take it."""
+    if p.step >= config.max_steps:
+        return "max_steps"
+    if config.max_epochs is not None and stream.epochs_done() >= config.max_epochs:
+        return "max_epochs"
+    return None
+
+
+def _autocast(config: TrainConfig, device: str | torch.device):
+    if use_bf16(config.bf16, device):
+        return torch.autocast(torch.device(device).type, torch.bfloat16)
+    return nullcontext()
+
+
+def _progress_bar(config: TrainConfig, p: TrainProgress, show: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=config.max_steps, initial=p.step, disable=not show, unit="step", dynamic_ncols=True
+    )
+
+
+def _optimizer_step(net, model, batches, state, config, dist, autocast) -> tuple[float, int]:
+    """One optimizer step over `accumulate` global batches -> (this rank's summed loss, the
+    global batches' target tokens). Each rank's loss is its share of the global token mean, so
+    gradients match one process on the whole batch."""
+    total_tokens = sum(b.target_tokens() for b in batches)
+    state.optimizer.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    for i, batch in enumerate(batches):
+        (src, tgt_in, tgt_out), weight = _shard(batch, dist)
+        sync = i == len(batches) - 1 or dist.world_size == 1
+        with autocast, nullcontext() if sync else net.no_sync():
+            logits = net(src, tgt_in).logits  # (B, T, V)
+            loss = sequence_loss(logits, tgt_out, config.label_smoothing, "sum")
+            (loss * weight * dist.world_size / total_tokens).backward()
+        loss_sum += loss.item() * weight
+    _check_loss("training", loss_sum, state.progress.step + 1, config)
+    if config.clip_norm > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+    state.optimizer.step()
+    state.scheduler.step()
+    return loss_sum, total_tokens
+
+
+def _record(state: TrainState, loss_sum: float, tokens: int, batches: list[Batch]) -> dict:
+    """A training record for metrics.jsonl and the progress bar."""
+    p = state.progress
+    return {
+        "step": p.step,
+        "train_loss": loss_sum / tokens,
+        "lr": state.scheduler.get_last_lr()[0],
+        "tokens_per_s": p.tokens / max(p.seconds, 1e-9),
+        # running totals: differences between two records give the rate of a stretch
+        "tokens": p.tokens,
+        "seconds": p.seconds,
+        "epoch": p.epoch,
+        # share of the step's target positions that are padding (bucketing keeps it low)
+        "padding": 1.0 - tokens / sum(b.tgt_out.numel() for b in batches),
+    }
+
+
+def _log(record: dict, bar, log: Callable[[dict], None] | None) -> None:
+    bar.set_postfix(
+        loss=f"{record['train_loss']:.3f}",
+        lr=f"{record['lr']:.2e}",
+        tok_s=f"{record['tokens_per_s']:.0f}",
+    )
+    if log is not None:
+        log(record)
 
 
 def _check_loss(kind: str, loss: float, step: int, config: TrainConfig) -> None:
@@ -298,43 +293,48 @@ def _check_loss(kind: str, loss: float, step: int, config: TrainConfig) -> None:
         )
 
 
-def _check_weights(model: nn.Module, step: int, config: TrainConfig) -> None:
-    """Never checkpoint non-finite weights: `latest` would resume into NaN for ever."""
+def _save(save, model: nn.Module, state: TrainState, metrics, config: TrainConfig) -> None:
+    """Checkpoint through the caller's `save`, never with non-finite weights: `latest` would
+    resume into NaN for ever."""
+    if save is None:
+        return
     for name, param in model.named_parameters():
         if not torch.isfinite(param).all():
             raise TrainingError(
-                f"weight {name} is not finite after step {step}: training diverged (try a "
-                f"lower train.lr, now {config.lr:g}); step {step} was not saved, the last "
-                "checkpoint stays"
+                f"weight {name} is not finite after step {state.progress.step}: training "
+                f"diverged (try a lower train.lr, now {config.lr:g}); step "
+                f"{state.progress.step} was not saved, the last checkpoint stays"
             )
+    save(state, metrics)
 
 
 def _fmt(key: str, value) -> str:
     return f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
 
 
-def _validate(model: nn.Module, validate: Callable, p: TrainProgress) -> dict:
+def _validate(model: nn.Module, validate: Callable, p: TrainProgress, config, bar, dist) -> dict:
+    """validate(model) in eval mode, without gradients; its loss must be finite."""
     model.eval()
     with torch.no_grad():
         metrics = {"step": p.step, "seconds": round(p.seconds, 1), **validate(model)}
     model.train()
+    _check_loss("validation", metrics.get("loss", 0.0), p.step, config)
+    if dist.is_main:
+        bar.write("  ".join(_fmt(k, v) for k, v in metrics.items()))
     return metrics
 
 
-def _early_stop(metrics: dict, config: TrainConfig, p: TrainProgress, good_enough) -> str:
-    """Update the best score and decide whether to stop; returns the reason or 'max_steps'."""
+def _early_stop(metrics: dict, config: TrainConfig, p: TrainProgress, good_enough) -> str | None:
+    """Update the best score; the reason to stop ("patience", "validation") or None to go on."""
     name = config.early_stopping_metric
     if name in metrics:
-        value = metrics[name]
-        better = p.best_score is None or (
-            value < p.best_score if name == "loss" else value > p.best_score
-        )
+        better = improves(name, metrics[name], p.best_score)
         p.best_score, p.bad_validations = (
-            (value, 0) if better else (p.best_score, p.bad_validations + 1)
+            (metrics[name], 0) if better else (p.best_score, p.bad_validations + 1)
         )
         metrics["best"] = better
         if config.patience is not None and p.bad_validations >= config.patience:
             return "patience"
     if good_enough is not None and good_enough(metrics):
         return "validation"
-    return "max_steps"
+    return None

@@ -1,0 +1,227 @@
+"""A run directory of `heedful train`, and the bookkeeping of its checkpoints.
+
+RUN_DIR/config.yaml             the resolved config (file + overrides)
+RUN_DIR/metrics.jsonl           one JSON record per log line and per validation
+RUN_DIR/checkpoints/step-N/     model directory + training state, written atomically
+RUN_DIR/latest, RUN_DIR/best    symlinks to the newest and the best checkpoint
+RUN_DIR/scores.json             the early-stopping metric of each kept checkpoint
+RUN_DIR/train.lock              held (flock) by the one trainer writing here; holds its pid
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from heedful.checkpoint import write_model_files
+from heedful.config import Config
+from heedful.evaluation import higher_is_better
+from heedful.io import (
+    CheckpointError,
+    atomic_write_bytes,
+    atomic_write_json,
+    recover_directories,
+    staged,
+)
+from heedful.training import Distributed
+from heedful.training_state import TrainState
+
+LOCK_FILE = "train.lock"
+# what Run.save writes into a checkpoint; training_state.json goes last
+CHECKPOINT_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.src",
+    "tokenizer.tgt",
+    "generation.json",
+    "training_state.safetensors",
+    "training_state.json",
+)
+
+
+class RunError(ValueError):
+    """The run directory cannot be trained in now (another trainer is writing to it)."""
+
+
+class Run:
+    """The files of one run directory, and the checkpoint bookkeeping (latest, best K)."""
+
+    def __init__(self, run_dir: Path, config: Config, dist: Distributed):
+        self.dir, self.config, self.dist = Path(run_dir), config, dist
+        self.checkpoints = self.dir / "checkpoints"
+
+    def latest(self) -> Path | None:
+        link = self.dir / "latest"
+        return link.resolve() if link.exists() else None
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Be the one trainer writing to this run directory (the main rank takes the lock).
+
+        flock rather than a pid file alone: the kernel releases the lock when its owner dies,
+        however it dies (SIGKILL included), so a stale lock never needs removing by hand. The
+        pid written into the file is only there to name the owner in the error.
+        """
+        if not self.dist.is_main:
+            yield
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / LOCK_FILE
+        with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = f.read().strip() or "unknown"
+                raise RunError(
+                    f"{self.dir} is in use by another heedful train (pid {owner}, holding "
+                    f"{path}); wait for it to end or stop it, or give another --run-dir"
+                ) from None
+            f.truncate(0)
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+            try:
+                yield
+            finally:
+                f.truncate(0)  # closing the file releases the lock
+
+    def clear(self) -> None:
+        """--force: delete the run's files, all but the lock this process holds."""
+        if not self.dist.is_main:
+            return
+        for path in self.dir.iterdir():
+            if path.name == LOCK_FILE:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+    def resume_point(self, echo) -> Path | None:
+        """The checkpoint to resume from, after cleaning up what kills during saves left.
+
+        A kill inside a save can leave a staging directory (a whole checkpoint), a half-moved
+        checkpoint (see io.staged) and a `latest` pointing at nothing; a dangling `latest` is
+        never read as "no checkpoint", which would silently start over.
+        """
+        link = self.dir / "latest"
+        if self.dist.is_main:
+            needed = [Path(os.readlink(link)).name] if link.is_symlink() else []
+            for note in recover_directories(self.checkpoints, _complete_checkpoint, needed):
+                echo(note)
+            for tmp in self.dir.glob(".*.tmp-*"):  # _point's temporaries
+                if tmp.is_symlink():
+                    tmp.unlink()
+        self.dist.barrier()
+        if link.is_symlink() and not link.exists():
+            raise CheckpointError(
+                f"{link} points to {os.readlink(link)}, which does not exist, and no copy of it "
+                f"was left in {self.checkpoints} to restore; point {link} at a checkpoint there "
+                "(ln -sfn checkpoints/step-N latest) to resume from it, or use --force to start "
+                "over"
+            )
+        return self.latest()
+
+    def rewind_metrics(self, step: int) -> None:
+        """Drop the records of steps after `step`, which a resumed run is about to log again.
+
+        A kill leaves records of steps past the last checkpoint (and maybe a cut-off last
+        line); without this, every replayed step would appear twice in metrics.jsonl.
+        """
+        path = self.dir / "metrics.jsonl"
+        if not self.dist.is_main or not path.exists():
+            return
+        text = path.read_text(encoding="utf-8")
+        kept = [line for line in text.splitlines(keepends=True) if _keep_record(line, step)]
+        if len(kept) != len(text.splitlines()):
+            atomic_write_bytes(path, "".join(kept).encode("utf-8"))
+
+    def log(self, record: dict) -> None:
+        """Append to metrics.jsonl, and to TensorBoard if the `tensorboard` package is installed."""
+        if not self.dist.is_main:
+            return
+        with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        writer = self._tensorboard()
+        if writer is not None and "step" in record:
+            prefix = "valid" if record.get("event") == "validation" else "train"
+            for key, value in record.items():
+                if (
+                    isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                    and key != "step"
+                ):
+                    writer.add_scalar(f"{prefix}/{key}", value, record["step"])
+            writer.flush()
+
+    def _tensorboard(self):
+        if not hasattr(self, "_writer"):
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is optional
+                self._writer = None
+            else:
+                self._writer = SummaryWriter(str(self.dir / "tensorboard"))
+        return self._writer
+
+    def save(self, model, tokenizers, state: TrainState, metrics: dict | None) -> None:
+        """Write checkpoints/step-N whole (staged), then move the links and prune to the best K.
+
+        The checkpoint is a model directory with the config's generation settings, so that
+        `heedful translate` searches as the config says, plus the training state.
+        """
+        if not self.dist.is_main:
+            return
+        config = self.config
+        final = self.checkpoints / f"step-{state.progress.step:08d}"
+        languages = (config.data.src_lang, config.data.tgt_lang)
+        with staged(final) as build:
+            write_model_files(build, model, config.model, *tokenizers, config.generation, languages)
+            state.save(build, metrics=metrics, seed=config.train.seed)
+        _point(self.dir / "latest", final)
+        if metrics is not None:
+            self.log({"event": "validation", **metrics})
+            self._record_score(final, metrics)
+
+    def _record_score(self, checkpoint: Path, metrics: dict) -> None:
+        name = self.config.train.early_stopping_metric
+        if name not in metrics:
+            return
+        scores_path = self.dir / "scores.json"
+        scores = json.loads(scores_path.read_text()) if scores_path.exists() else {}
+        scores[checkpoint.name] = metrics[name]
+        ranked = sorted(scores, key=lambda k: scores[k], reverse=higher_is_better(name))
+        keep = set(ranked[: self.config.train.keep_best])
+        latest = self.latest()
+        for old in ranked[self.config.train.keep_best :]:
+            if latest is None or old != latest.name:
+                shutil.rmtree(self.checkpoints / old, ignore_errors=True)
+        scores = {k: v for k, v in scores.items() if k in keep or (latest and k == latest.name)}
+        atomic_write_json(scores_path, scores)  # a kill mid-write must not corrupt it
+        _point(self.dir / "best", self.checkpoints / ranked[0])
+
+
+def _complete_checkpoint(directory: Path) -> bool:
+    return all((directory / name).is_file() for name in CHECKPOINT_FILES)
+
+
+def _keep_record(line: str, step: int) -> bool:
+    if not line.endswith("\n"):
+        return False  # cut off by a kill while it was being written
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return True  # not ours to judge
+    return not isinstance(record, dict) or not record.get("step", 0) > step
+
+
+def _point(link: Path, target: Path) -> None:
+    """Atomically (re)point a relative symlink."""
+    tmp = link.with_name(f".{link.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(target, link.parent), tmp)
+    os.replace(tmp, link)

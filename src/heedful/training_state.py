@@ -1,0 +1,219 @@
+"""What training carries from one step to the next besides the weights, made fresh or resumed.
+
+A `TrainState` is the optimizer (with its parameter groups), the learning-rate schedule and the
+progress (step, data position, best score); with the random generators, it is all a resumed run
+needs to continue bit for bit. A checkpoint holds it beside the model directory's files:
+
+    training_state.safetensors   optimizer moments; the CPU's and each CUDA device's RNG state
+    training_state.json          progress, optimizer hyper-parameters and scalars, schedule
+
+Like model directories, it is safetensors + JSON and never a pickle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from heedful.config import TrainConfig
+from heedful.io import CheckpointError, atomic_write_json, read_json, readable_as_created
+
+
+def seed_generators(seed: int) -> None:
+    """The one place the seed is set; a model's initialisation and a fresh training state
+    both start from it. torch.manual_seed seeds the CPU generator and every CUDA device's;
+    the batch order draws from its own random.Random (BatchStream), nothing from numpy."""
+    torch.manual_seed(seed)
+
+
+def learning_rate_factor(step: int, warmup_steps: int, schedule: str) -> float:
+    """Multiplier of the peak learning rate at `step` (1-based).
+
+    Linear warm-up to the peak, then either constant or the inverse square root decay of
+    Vaswani et al. 2017, §5.3 ("Noam"), normalised so the peak is exactly `train.lr`.
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return step / warmup_steps
+    if schedule == "inverse_sqrt":
+        return math.sqrt(max(warmup_steps, 1) / step)
+    return 1.0
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Matrices decay; biases and LayerNorm gains and biases (vectors) do not.
+
+    Decay regularises by keeping the matrices of the linear maps small; a bias or a norm's gain
+    is one shift or scale per channel, which decay would only pull toward 0 (a gain of 0
+    silences its channel). The rule is nanoGPT's (configure_optimizers: "all weight tensors in
+    matmuls + embeddings decay, all biases and layernorms don't"): embeddings decay too, since
+    the target embedding is also the output projection when tied. Without decay, one group of
+    every parameter in model order, as before the split, so older checkpoints still resume.
+    """
+    params = list(model.parameters())
+    if weight_decay == 0:
+        return [{"params": params}]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    # AdamW decays the weights directly (Loshchilov & Hutter 2019); Adam adds the decay to the
+    # gradient, where the adaptive step rescales it (plain L2 regularisation).
+    kind = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
+    groups = parameter_groups(model, config.weight_decay)
+    return kind(groups, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig):
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: learning_rate_factor(i + 1, config.warmup_steps, config.schedule)
+    )
+
+
+@dataclass
+class TrainProgress:
+    """Where training stands; saved in every checkpoint, restored on resume."""
+
+    step: int = 0
+    epoch: int = 0  # data position: epoch number and batch index within it
+    batch_in_epoch: int = 0
+    tokens: int = 0  # target tokens trained on
+    seconds: float = 0.0  # training wall-clock time, summed over resumed sessions
+    best_score: float | None = None  # best validation value of the early-stopping metric
+    bad_validations: int = 0  # validations since the best one
+
+
+@dataclass
+class TrainState:
+    """The optimizer, its schedule and the progress of one run: fresh at step 0, or resumed."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    progress: TrainProgress
+
+    @classmethod
+    def fresh(cls, model: nn.Module, config: TrainConfig) -> TrainState:
+        """Step 0, with the random generators seeded from train.seed."""
+        seed_generators(config.seed)
+        return cls._new(model, config, TrainProgress())
+
+    @classmethod
+    def resume(cls, directory: Path, model: nn.Module, config: TrainConfig) -> TrainState:
+        """The state a checkpoint holds (see `save`), the random generators restored too."""
+        state = cls._new(model, config, TrainProgress())
+        info = read_training_state(Path(directory), state.optimizer, state.scheduler)
+        state.progress = TrainProgress(**info["progress"])
+        return state
+
+    @classmethod
+    def _new(cls, model: nn.Module, config: TrainConfig, progress: TrainProgress) -> TrainState:
+        optimizer = make_optimizer(model, config)
+        return cls(optimizer, make_scheduler(optimizer, config), progress)
+
+    def save(self, directory: Path, **info) -> None:
+        """Write the training state files into `directory` (a checkpoint being staged)."""
+        info = {"progress": asdict(self.progress), **info}
+        write_training_state(Path(directory), self.optimizer, self.scheduler, info)
+
+
+# ---------------------------------------------------------------------------------------------
+# On disk
+# ---------------------------------------------------------------------------------------------
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    """The CPU generator's state and, once CUDA is in use, each CUDA device's: dropout on a GPU
+    draws from the device's generator, so a resume that restored the CPU's alone would not be
+    exact there. CUDA is not initialised just to ask (that takes seconds and memory)."""
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_initialized():
+        for device, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{device}"] = state
+    return tensors
+
+
+def restore_rng(tensors: dict[str, torch.Tensor]) -> None:
+    """Undo what `rng_state` saved; CUDA states wait for a CUDA device (resumed on a CPU, or on
+    fewer GPUs, the run goes on, no longer bit for bit)."""
+    torch.set_rng_state(tensors["rng.torch"])
+    if torch.cuda.is_available():
+        for device in range(torch.cuda.device_count()):
+            if f"rng.cuda.{device}" in tensors:
+                torch.cuda.set_rng_state(tensors[f"rng.cuda.{device}"], device)
+
+
+def write_training_state(
+    directory: Path, optimizer: torch.optim.Optimizer, scheduler, info: dict
+) -> None:
+    """Optimizer tensors and the RNG states into safetensors; everything else into JSON."""
+    from safetensors.torch import save_file
+
+    state = optimizer.state_dict()
+    tensors, scalars = rng_state(), {}
+    for param_id, param_state in state["state"].items():
+        for name, value in param_state.items():
+            if torch.is_tensor(value):
+                tensors[f"optimizer.{param_id}.{name}"] = value.contiguous()
+            else:
+                scalars[f"{param_id}.{name}"] = value
+    scheduler_state = {k: v for k, v in scheduler.state_dict().items() if k != "lr_lambdas"}
+    save_file(tensors, str(directory / "training_state.safetensors"))
+    readable_as_created(directory / "training_state.safetensors")
+    atomic_write_json(
+        directory / "training_state.json",
+        {
+            **info,
+            "optimizer_param_groups": state["param_groups"],
+            "optimizer_scalars": scalars,
+            "scheduler": scheduler_state,
+        },
+    )
+
+
+def read_training_state(directory: Path, optimizer: torch.optim.Optimizer, scheduler) -> dict:
+    """Restore optimizer, scheduler and RNGs; returns the JSON info (progress, metrics, ...)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    info = read_json(directory / "training_state.json")
+    try:
+        tensors = load_file(str(directory / "training_state.safetensors"))
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(
+            f"{directory}: unreadable training_state.safetensors ({error})"
+        ) from None
+    _check_groups(directory, info["optimizer_param_groups"], optimizer)
+    param_states: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, param_id, name = key.split(".", 2)
+            param_states.setdefault(int(param_id), {})[name] = value
+    for key, value in info["optimizer_scalars"].items():
+        param_id, name = key.split(".", 1)
+        param_states.setdefault(int(param_id), {})[name] = value
+    optimizer.load_state_dict(
+        {"state": param_states, "param_groups": info["optimizer_param_groups"]}
+    )
+    scheduler.load_state_dict({**scheduler.state_dict(), **info["scheduler"]})
+    restore_rng(tensors)
+    return info
+
+
+def _check_groups(directory: Path, saved: list[dict], optimizer: torch.optim.Optimizer) -> None:
+    """torch's own error ("a parameter group that doesn't match the size") names neither the
+    checkpoint nor the setting that splits the groups."""
+    have = [len(g["params"]) for g in saved]
+    want = [len(g["params"]) for g in optimizer.param_groups]
+    if have != want:
+        raise CheckpointError(
+            f"{directory}: its optimizer state has parameter groups of {have} tensors, but this "
+            f"model and config make groups of {want} (train.weight_decay > 0 splits off the "
+            "biases and norms); resume with the config it was trained with, or use --force "
+            "to start over"
+        )
