@@ -209,7 +209,8 @@ class Translator:
         these are the numbers the search computed, for every layer and head.
 
         src: (1, S) the source without padding. Returns logits (1, T, V) and attention
-        (AttentionMaps; None for an RNN without attention), T the produced tokens with </s>.
+        (AttentionMaps; an RNN without attention has only decoder_states), T the produced
+        tokens with </s>.
         """
         tgt_in = torch.tensor([hypothesis.decoder_input(BOS_ID, EOS_ID)], device=src.device)
         return self.model(src, tgt_in, need_weights=True)
@@ -217,7 +218,7 @@ class Translator:
     def _cross_attention(self, src: torch.Tensor, hypothesis: Hypothesis) -> torch.Tensor | None:
         """(T, L, H, S) cross-attention of one output, or None for a model without attention."""
         maps = self.replay(src, hypothesis).attention
-        return None if maps is None else maps.cross[0].permute(2, 0, 1, 3).cpu()
+        return None if maps.cross is None else maps.cross[0].permute(2, 0, 1, 3).cpu()
 
     def _translation(self, text: str, hyp: Hypothesis) -> Translation:
         tokens = [self.tgt_tokenizer.id_to_token(i) for i in hyp.tokens]

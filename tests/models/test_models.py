@@ -71,7 +71,7 @@ def test_cached_decoding_equals_teacher_forcing(name):
             weights.append(None if step is None else step.cross)  # (B, L, H, S)
     log_probs = full.logits.log_softmax(-1)
     torch.testing.assert_close(torch.stack(steps, 1), log_probs, atol=1e-5, rtol=1e-5)
-    if full.attention is None:  # an RNN without attention
+    if full.attention.cross is None:  # an RNN without attention
         assert all(w is None for w in weights)
     else:
         stepped = torch.stack(weights, 3)  # (B, L, H, T, S)
@@ -109,7 +109,9 @@ def test_attention_maps_are_distributions_over_real_tokens(name):
     with torch.no_grad():
         out = model(src, tgt, need_weights=True)
     if VARIANTS[name].arch == "rnn" and VARIANTS[name].attention == "none":
-        assert out.attention is None  # no attention: nothing to show
+        maps = out.attention  # no attention: only h_t, the state the bottleneck passes on
+        assert maps.cross is None and maps.scores is None and maps.contexts is None
+        assert maps.decoder_states.shape[:2] == (3, 5)
         return
     cross = out.attention.cross  # (B, L, H, T, S)
     assert cross.shape[0] == 3 and cross.shape[-2:] == (5, 7)

@@ -1,8 +1,6 @@
 """Static pictures: files in each format, labels that never overlap, and clear refusals."""
 
 import itertools
-import json
-import struct
 
 import numpy as np
 import pytest
@@ -13,16 +11,9 @@ from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, PAD_ID, UNK_ID, CharTokenizer
 from heedful.models.build import build_model
 from heedful.translator import Translator
-from heedful.visualize.heatmap import (
-    _trace_figure,
-    plot_alignment,
-    plot_curves,
-    plot_positional,
-    plot_trace,
-)
+from heedful.visualize.heatmap import _trace_figure, plot_alignment, plot_trace
 from heedful.visualize.trace import Trace, TraceHypothesis, build_trace
 
-PNG = b"\x89PNG\r\n\x1a\n"
 TOKENIZER = CharTokenizer("abcdefghij -")
 MODELS = {
     "transformer": ModelConfig(
@@ -63,20 +54,14 @@ def synthetic_trace(s: int, t: int, layers: int = 2, heads: int = 2, word="▁wo
     return Trace(model, " ".join(src), src, search, dist(layers, heads, s, s), [hyp])
 
 
-def png_size(path) -> tuple[int, int]:
-    data = path.read_bytes()
-    assert data[:8] == PNG
-    return struct.unpack(">II", data[16:24])  # IHDR width, height
-
-
-@pytest.mark.parametrize("suffix, magic", [(".png", PNG), (".svg", b"<svg"), (".pdf", b"%PDF")])
+@pytest.mark.parametrize("suffix, magic", [(".png", b"PNG"), (".svg", b"<svg"), (".pdf", b"%PDF")])
 def test_each_format_is_written(tmp_path, suffix, magic):
     path = plot_trace(model_trace("transformer"), tmp_path / "out" / f"cross{suffix}")
     data = path.read_bytes()
     assert magic in data[:400]
 
 
-def test_every_kind_layer_head_and_grid(tmp_path):
+def test_every_kind_layer_head_and_grid(tmp_path, png_size):
     trace = model_trace("transformer")
     calls = [
         {},
@@ -95,14 +80,14 @@ def test_every_kind_layer_head_and_grid(tmp_path):
     png_size(plot_trace(model_trace("rnn-bahdanau"), tmp_path / "rnn-grid.png", grid=True))
 
 
-def test_grid_is_bigger_than_one_head(tmp_path):
+def test_grid_is_bigger_than_one_head(tmp_path, png_size):
     trace = synthetic_trace(8, 6, layers=3, heads=4)
     one = png_size(plot_trace(trace, tmp_path / "one.png", layer=1, head=1))
     grid = png_size(plot_trace(trace, tmp_path / "grid.png", grid=True))
     assert grid[0] > one[0] and grid[1] > one[1]
 
 
-def test_image_grows_with_the_number_of_tokens(tmp_path):
+def test_image_grows_with_the_number_of_tokens(tmp_path, png_size):
     sizes = [
         png_size(plot_trace(synthetic_trace(n, n), tmp_path / f"{n}.png")) for n in (5, 30, 90)
     ]
@@ -164,61 +149,8 @@ def test_refusals_name_what_is_wrong(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing written on a refusal
 
 
-def test_plot_alignment_still_draws_one_matrix(tmp_path):
+def test_plot_alignment_still_draws_one_matrix(tmp_path, png_size):
     path = plot_alignment(np.full((2, 3), 1 / 3), list("abc"), ["x", "</s>"], tmp_path / "a.png")
     png_size(path)
     with pytest.raises(ValueError, match="do not match"):
         plot_alignment(np.ones((2, 2)), list("abc"), ["x", "</s>"], tmp_path / "b.png")
-
-
-def test_positional_encoding_picture(tmp_path):
-    small = png_size(plot_positional(16, 10, tmp_path / "pe-small.png"))
-    big = png_size(plot_positional(128, 100, tmp_path / "pe-big.png"))
-    assert big[0] > small[0] and big[1] > small[1]
-    assert b"<svg" in plot_positional(32, 20, tmp_path / "pe.svg").read_bytes()[:400]
-    with pytest.raises(ValueError, match="'.gif' is not supported"):
-        plot_positional(16, 10, tmp_path / "pe.gif")
-    with pytest.raises(ValueError, match="length >= 1"):
-        plot_positional(16, 0, tmp_path / "pe.png")
-
-
-def write_metrics(run_dir, records, tail: str = ""):
-    run_dir.mkdir(parents=True)
-    lines = "".join(json.dumps(r) + "\n" for r in records)
-    (run_dir / "metrics.jsonl").write_text(lines + tail, encoding="utf-8")
-    return run_dir
-
-
-def training_records(steps, scale=1.0):
-    for step in steps:
-        yield {"step": step, "train_loss": scale * 5 / step, "lr": 1e-3 * min(1, step / 30)}
-        if step % 20 == 0:
-            yield {"event": "validation", "step": step, "loss": scale * 6 / step,
-                   "bleu": 2.0 * step ** 0.5, "chrf": 10.0}  # fmt: skip
-
-
-def test_training_curves_of_several_runs(tmp_path):
-    a = write_metrics(tmp_path / "transformer", training_records(range(10, 101, 10)))
-    killed = write_metrics(
-        tmp_path / "rnn-bahdanau",
-        training_records(range(10, 61, 10), 1.5),
-        tail='{"step": 70, "train_lo',  # SIGKILL mid-write
-    )
-    no_validation = write_metrics(tmp_path / "short", training_records([5, 15]))
-    png_size(plot_curves([a, killed, no_validation], tmp_path / "curves.png"))
-    assert b"%PDF" in plot_curves([a], tmp_path / "curves.pdf").read_bytes()[:100]
-
-
-def test_training_curves_refuse_runs_without_metrics(tmp_path):
-    good = write_metrics(tmp_path / "good", training_records([10, 20]))
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match=r"empty[/\\]metrics.jsonl: no metrics file"):
-        plot_curves([good, tmp_path / "empty"], tmp_path / "c.png")
-    (tmp_path / "empty" / "metrics.jsonl").write_text("\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"empty[/\\]metrics.jsonl: no metrics recorded"):
-        plot_curves([tmp_path / "empty"], tmp_path / "c.png")
-    broken = write_metrics(tmp_path / "broken", [], tail='{"step": 1\n{"step": 2}\n')
-    with pytest.raises(ValueError, match=r"metrics.jsonl, line 1: not JSON"):
-        plot_curves([broken], tmp_path / "c.png")
-    with pytest.raises(ValueError, match="'.txt' is not supported"):
-        plot_curves([good], tmp_path / "c.txt")

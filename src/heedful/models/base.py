@@ -16,7 +16,8 @@ import torch
 class AttentionMaps:
     """Per-layer, per-head attention weights of a teacher-forced forward pass.
 
-    cross:   (B, L, H, T, S)  decoder positions over source positions
+    cross:   (B, L, H, T, S)  decoder positions over source positions, or None (an RNN
+             without attention, whose maps hold only decoder_states)
     encoder: (B, L, H, S, S)  encoder self-attention, or None (RNNs have none)
     decoder: (B, L, H, T, T)  decoder (causal) self-attention, or None
 
@@ -27,7 +28,7 @@ class AttentionMaps:
     contexts:       (B, T, N)  c_t = Σ_s a_t(s) h̄_s
     """
 
-    cross: torch.Tensor
+    cross: torch.Tensor | None
     encoder: torch.Tensor | None = None
     decoder: torch.Tensor | None = None
     scores: torch.Tensor | None = None

@@ -249,12 +249,13 @@ class RNNSeq2Seq(nn.Module):
     ) -> Seq2SeqOutput:
         """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V); with need_weights,
         the attention as layer 1, head 1 (B, 1, 1, T, S) and its parts h_t, scores, c_t.
-        Without attention (rnn-none) there is nothing to return: attention stays None, and
-        h_t is in the third value of `self.decoder(...)`."""
+        Without attention (rnn-none) only h_t: the maps' cross, scores and contexts are None."""
         memory = self.encode(src)
         logits, _, steps = self.decoder(tgt_in, self.init_state(memory), memory)
-        if not need_weights or steps.weights is None:
+        if not need_weights:
             return Seq2SeqOutput(logits)
+        if steps.weights is None:  # the bottleneck model: nothing attends, h_t still shows
+            return Seq2SeqOutput(logits, AttentionMaps(cross=None, decoder_states=steps.states))
         maps = AttentionMaps(
             cross=steps.weights[:, None, None],  # (B, 1, 1, T, S)
             scores=steps.scores[:, None, None],  # (B, 1, 1, T, S)

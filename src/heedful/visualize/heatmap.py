@@ -1,8 +1,5 @@
 """Static attention pictures: alignment heatmaps of a trace (one head, a layer's mean, or every
-layer × head), the sinusoidal positional encoding, and training curves.
-
-matplotlib is imported inside the functions that draw (it is an optional, slow import), and the
-format is the path's: .png, .svg or .pdf.
+layer × head) as .png, .svg or .pdf.
 
 Readability with long sentences comes from sizing the figure by its labels, not the other way
 round: a tick label needs LABEL_PITCH × its font size along its axis, so each heatmap cell gets at
@@ -12,7 +9,6 @@ sentences grow, then the figure grows.
 
 from __future__ import annotations
 
-import json
 import math
 import textwrap
 from collections.abc import Sequence
@@ -21,47 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-from heedful.visualize.trace import Trace
+from heedful.visualize.figures import image_path, pyplot, save
+from heedful.visualize.trace import Trace, check_index, check_kind
 
-IMAGE_FORMATS = (".png", ".svg", ".pdf")
-KINDS = ("cross", "encoder", "decoder")
 LABEL_PITCH = 1.5  # room per tick label along its axis, in multiples of its font size
 POINT = 1 / 72  # inches
-DPI = 120  # 7-point labels come out 12 pixels tall
 CMAP = "viridis"
 
 
 def _label(token: str) -> str:
     """Make whitespace visible: a space would be an empty tick label."""
     return token.replace(" ", "␣")
-
-
-def _image_path(path: str | Path) -> Path:
-    path = Path(path)
-    if path.suffix.lower() not in IMAGE_FORMATS:
-        suffix = path.suffix or "(none)"
-        raise ValueError(
-            f"cannot write {path}: image format {suffix!r} is not supported; "
-            f"use {', '.join(IMAGE_FORMATS)}"
-        )
-    return path
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: never needs a display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    """Write and close; the tight box takes in every label, however far out it reaches."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
-    _pyplot().close(fig)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +76,7 @@ def _ticks(ax, rows: Sequence[str], cols: Sequence[str], fy: _Fit, fx: _Fit, x=T
 
 def _heatmap_figure(weights, rows, cols, row_name: str, col_name: str, title: str):
     """One labelled heatmap, rows × cols, its cells sized so that no two labels overlap."""
-    plt = _pyplot()
+    plt = pyplot()
     font = _font_for(max(len(rows), len(cols)), largest=10, smallest=7)
     fx = _fit(len(cols), font, min_side=2.5, max_side=120)
     fy = _fit(len(rows), font, min_side=1.5, max_side=120)
@@ -144,7 +110,7 @@ def plot_alignment(
 
     Each row is one output token's attention distribution over the source tokens.
     """
-    path = _image_path(path)
+    path = image_path(path)
     weights = np.asarray(weights, dtype=float)
     if weights.shape != (len(target_tokens), len(source_tokens)):
         raise ValueError(
@@ -152,7 +118,7 @@ def plot_alignment(
             f"{len(source_tokens)} source tokens"
         )
     fig = _heatmap_figure(weights, target_tokens, source_tokens, "output", "source", title)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,8 +140,7 @@ class _Maps:
 
 
 def _trace_maps(trace: Trace, kind: str, hypothesis: int) -> _Maps:
-    if kind not in KINDS:
-        raise ValueError(f"unknown attention kind {kind!r}: choose one of {', '.join(KINDS)}")
+    check_kind(kind)
     count = len(trace.hypotheses)
     if not 0 <= hypothesis < count:
         raise ValueError(
@@ -206,14 +171,6 @@ def _trace_maps(trace: Trace, kind: str, hypothesis: int) -> _Maps:
                  "decoder self-attention")  # fmt: skip
 
 
-def _check_index(what: str, index: int, count: int, noun: str) -> None:
-    """1-based `index` of `count`; noun names them in the message ("decoder layer", "head")."""
-    if not 1 <= index <= count:
-        plural = "" if count == 1 else "s"
-        hint = " (numbered from 1)" if index < 1 else ""
-        raise ValueError(f"{what} {index} out of range: the model has {count} {noun}{plural}{hint}")
-
-
 def _trace_title(trace: Trace, hypothesis: int) -> str:
     hyp = trace.hypotheses[hypothesis]
     which = "" if hypothesis == 0 else f" (hypothesis {hypothesis})"
@@ -225,9 +182,9 @@ def _trace_figure(trace, kind="cross", layer=None, head=None, grid=False, hypoth
     maps = _trace_maps(trace, kind, hypothesis)
     num_layers, num_heads = maps.weights.shape[:2]
     if layer is not None:
-        _check_index("layer", layer, num_layers, f"{maps.stack} layer")
+        check_index("layer", layer, num_layers, f"{maps.stack} layer")
     if head is not None:
-        _check_index("head", head, num_heads, "head")
+        check_index("head", head, num_heads, "head")
     if grid:
         if head is not None:
             raise ValueError("grid=True draws every head; leave head unset (or drop grid)")
@@ -247,7 +204,7 @@ def _trace_figure(trace, kind="cross", layer=None, head=None, grid=False, hypoth
 
 def _grid_figure(maps: _Maps, layers: list[int], title: str):
     """Layers down, heads across, one shared colour scale; labels only on the outer panels."""
-    plt = _pyplot()
+    plt = pyplot()
     rows, cols, num_heads = maps.rows, maps.cols, maps.weights.shape[1]
     font = _font_for(max(len(rows), len(cols)), largest=8, smallest=5)
     # Each panel gets at most its share of a ~60-inch figure; past that, labels thin out.
@@ -296,117 +253,5 @@ def plot_trace(
     Raises ValueError for an unknown suffix or kind, a layer or head out of range, or attention
     the model does not have.
     """
-    path = _image_path(path)
-    return _save(_trace_figure(trace, kind, layer, head, grid, hypothesis), path)
-
-
-# ---------------------------------------------------------------------------------------------
-# Positional encoding and training curves
-# ---------------------------------------------------------------------------------------------
-
-
-def plot_positional(d_model: int, length: int, path: str | Path) -> Path:
-    """Save the sinusoidal encoding PE (positions × dimensions) of Vaswani et al. 2017, §3.5.
-
-    Low dimensions oscillate fast along the positions, high ones slowly: each pair (sin, cos) is
-    one wavelength, from 2π up to 10000·2π.
-    """
-    from heedful.positional import sinusoidal_encoding
-
-    path = _image_path(path)
-    if d_model < 1 or length < 1:
-        raise ValueError(f"need d_model >= 1 and length >= 1, got {d_model} and {length}")
-    pe = sinusoidal_encoding(length, d_model).numpy()  # (length, d_model)
-    plt = _pyplot()
-    width = float(np.clip(3 + d_model * 0.03, 5, 16))
-    height = float(np.clip(2 + length * 0.05, 3.5, 12))
-    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    image = ax.imshow(pe, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    ax.set_xlabel("dimension i")
-    ax.set_ylabel("position pos")
-    ax.set_title(
-        f"sinusoidal positional encoding, d_model = {d_model}\n"
-        "PE[pos, 2i] = sin(pos / 10000^(2i/d)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d))",
-        fontsize=10,
-    )
-    fig.colorbar(image, ax=ax, label="PE value", shrink=0.9)
-    return _save(fig, path)
-
-
-def _read_metrics(run_dir: Path) -> list[dict]:
-    """The records of RUN_DIR/metrics.jsonl (or of that file itself). A killed run may leave
-    a cut-off last line: it is skipped; a broken line before it is an error."""
-    path = run_dir if run_dir.suffix == ".jsonl" else run_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise ValueError(f"{path}: no metrics file (is {run_dir} a `heedful train` run directory?)")
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    records = []
-    for number, line in enumerate(lines, 1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if number == len(lines):
-                break  # the truncated last line of a killed run
-            raise ValueError(f"{path}, line {number}: not JSON ({e})") from e
-    if not records:
-        raise ValueError(f"{path}: no metrics recorded (empty file)")
-    return records
-
-
-def _series(records: list[dict], key: str, validation: bool) -> tuple[list, list]:
-    """(steps, values) of `key`, last record per step winning (a resumed run repeats steps)."""
-    by_step = {}
-    for r in records:
-        if (r.get("event") == "validation") == validation and key in r and "step" in r:
-            by_step[r["step"]] = r[key]
-    steps = sorted(by_step)
-    return steps, [by_step[s] for s in steps]
-
-
-CURVES = (  # (title, key, from validation records)
-    ("training loss", "train_loss", False),
-    ("validation loss", "loss", True),
-    ("validation BLEU", "bleu", True),
-    ("learning rate", "lr", False),
-)
-
-
-def plot_curves(run_dirs: Sequence[str | Path], path: str | Path) -> Path:
-    """Save training loss, validation loss, validation BLEU and learning rate against step,
-    one line per run, from each run directory's metrics.jsonl.
-
-    Raises ValueError naming the file when a run has no metrics (missing or empty file).
-    """
-    path = _image_path(path)
-    if not run_dirs:
-        raise ValueError("no run directories given")
-    runs = [(Path(d), _read_metrics(Path(d))) for d in run_dirs]
-    plt = _pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), layout="constrained", sharex=True)
-    names = _run_names([d for d, _ in runs])
-    for ax, (title, key, validation) in zip(axes.flat, CURVES):
-        drawn = False
-        for i, (_, records) in enumerate(runs):
-            steps, values = _series(records, key, validation)
-            if steps:
-                ax.plot(steps, values, color=f"C{i % 10}", marker="o" if validation else None,
-                        markersize=3, linewidth=1.2)  # fmt: skip
-                drawn = True
-        if not drawn:
-            ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    for ax in axes[1]:
-        ax.set_xlabel("step")
-    axes[1][1].ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
-    from matplotlib.lines import Line2D
-
-    handles = [Line2D([], [], color=f"C{i % 10}") for i in range(len(runs))]
-    fig.legend(handles, names, loc="outside lower center", ncols=min(len(runs), 4))
-    return _save(fig, path)
-
-
-def _run_names(dirs: list[Path]) -> list[str]:
-    """Run directories by their names, or their full paths where two names collide."""
-    names = [d.name if d.suffix != ".jsonl" else d.parent.name for d in dirs]
-    return [n if names.count(n) == 1 else str(d) for n, d in zip(names, dirs)]
+    path = image_path(path)
+    return save(_trace_figure(trace, kind, layer, head, grid, hypothesis), path)

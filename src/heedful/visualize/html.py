@@ -1,36 +1,44 @@
 """The interactive attention viewer: one self-contained, offline HTML file per trace.
 
 The page embeds the trace (docs/trace-schema.md) as compact JSON plus the viewer's own CSS and
-JavaScript (assets/viewer.css, assets/viewer.js); it loads nothing from the network, so it can be
-mailed, archived or opened from a laptop without a connection.
+JavaScript (assets/viewer.css and the SCRIPTS in assets/); it loads nothing from the network, so
+it can be mailed, archived or opened from a laptop without a connection.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import math
 import re
 from html import escape
 from importlib import resources
 from typing import Any
 
-# Inside <script> the HTML parser ends the element at the first "</script" and treats "<!--"
-# specially, whatever the JSON means; escaping "<" (and ">", "&" for good measure) as \u003c etc.
-# keeps the bytes inert and JSON.parse gives back the same strings. U+2028/U+2029 are escaped
-# because older JavaScript engines reject them unescaped in source text.
-_SCRIPT_SAFE = {
-    ord("<"): "\\u003c",
-    ord(">"): "\\u003e",
-    ord("&"): "\\u0026",
-    0x2028: "\\u2028",
-    0x2029: "\\u2029",
-}
+from heedful import safejson
 
 
 @functools.cache
 def _asset(name: str) -> str:
     return (resources.files(__package__) / "assets" / name).read_text(encoding="utf-8")
+
+
+# The viewer's JavaScript, one file per view, in reading order: parts first, the whole last.
+SCRIPTS = (
+    "common.js",
+    "colours.js",
+    "matrices.js",
+    "heatmap.js",
+    "heads.js",
+    "rnn.js",
+    "replay.js",
+    "viewer.js",
+)
+
+
+def _viewer_js() -> str:
+    """The scripts in one function scope: they share its constants and helpers, and leave
+    nothing in the page's globals but window.heedfulViewer."""
+    body = "\n".join(_asset(name) for name in SCRIPTS)
+    return f'(function () {{\n"use strict";\n\n{body}}})();'
 
 
 def _as_dict(trace: Any) -> dict:
@@ -46,28 +54,8 @@ def _as_dict(trace: Any) -> dict:
     )
 
 
-def _finite(value: Any) -> Any:
-    """Replace NaN and ±inf, which JSON cannot hold, by None (JavaScript's null)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
-
-
-def _embed_json(data: dict) -> str:
-    """Compact JSON (no indentation: a 100-token trace is megabytes) safe inside <script>."""
-    try:
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except ValueError:  # a -inf score (masked position) or a NaN: rare, so only then walk it
-        text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"))
-    return text.translate(_SCRIPT_SAFE)
-
-
 def _heatmap_panel(name: str, title: str, explain: str) -> str:
-    """The markup of one heatmap view; viewer.js finds its parts by the `name-` prefixed ids."""
+    """The markup of one heatmap view; heatmap.js finds its parts by the `name-` prefixed ids."""
     return f"""
 <section id="panel-{name}" class="panel" role="tabpanel" aria-labelledby="tab-{name}" hidden>
   <h2>{title}</h2>
@@ -230,8 +218,32 @@ def render_html(trace: Any) -> str:
             "Rows are output tokens (queries), columns the earlier output tokens they attend "
             "to; the mask hides the future (above the diagonal).",
         ),
-        "DATA": _embed_json(data),
-        "JS": _asset("viewer.js"),
+        "DATA": safejson.for_script(data),
+        "JS": _viewer_js(),
     }
     # One pass, so that a marker inside the trace or an asset is never itself replaced.
     return re.sub(r"@@([A-Z]+)@@", lambda match: parts[match.group(1)], _PAGE)
+
+
+# ---- the viewer page with slots, for pages that show a trace later (server) ----
+
+_SOURCE_SLOT, _OUTPUT_SLOT = "heedful-slot-source-7f3a", "heedful-slot-output-7f3a"
+_TRACE_TAG = '<script type="application/json" id="trace-data">'
+
+
+def viewer_template() -> list:
+    """render_html's page cut at the places that change per trace: strings to keep and
+    {"slot": "source" | "output" | "trace"} for a page's JavaScript to fill in (the escaped
+    source text, the escaped output text, the trace as JSON safe inside <script>)."""
+    from heedful.visualize.trace import placeholder_trace
+
+    page = render_html(placeholder_trace(_SOURCE_SLOT, _OUTPUT_SLOT))
+    head, found, rest = page.partition(_TRACE_TAG)
+    if not found or "</script>" not in rest:
+        raise RuntimeError("the viewer page has no embedded trace to replace (visualize/html.py)")
+    tail = rest.split("</script>", 1)[1]
+    parts: list = []
+    slots = {_SOURCE_SLOT: "source", _OUTPUT_SLOT: "output"}
+    for piece in re.split(f"({_SOURCE_SLOT}|{_OUTPUT_SLOT})", head):
+        parts.append({"slot": slots[piece]} if piece in slots else piece)
+    return parts + [_TRACE_TAG, {"slot": "trace"}, "</script>" + tail]

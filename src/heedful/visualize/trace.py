@@ -10,16 +10,19 @@ L layers, H heads, N RNN hidden size, K top-k candidates.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from heedful.data.tokenizers import EOS
 
-from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
-from heedful.models.rnn import RNNSeq2Seq
+if TYPE_CHECKING:
+    import torch  # building a trace needs it, reading one does not: imported where it builds
 
 DECIMALS = 5  # the schema's rounding: small files, and still 1e-5 from the model's numbers
+# The attention a trace holds: output → source, source → source, output → output. The names
+# the CLI (--kind), plot_trace and explain take, in this order.
+ATTENTION_KINDS = ("cross", "encoder", "decoder")
 
 
 @dataclass
@@ -116,8 +119,26 @@ def _check_keys(data: Any, expected: set[str], where: str) -> None:
         raise ValueError(f"{where} has unknown keys {', '.join(unknown)}")
 
 
+def check_index(what: str, index: int, count: int, noun: str, owner: str = "the model") -> int:
+    """A 1-based `index` (of a layer, head or position) of `count`, as 0-based; out of range,
+    a ValueError naming them: "layer 7 out of range: the model has 3 decoder layers"."""
+    if not 1 <= index <= count:
+        plural = "" if count == 1 else "s"
+        hint = " (numbered from 1)" if index < 1 else ""
+        raise ValueError(f"{what} {index} out of range: {owner} has {count} {noun}{plural}{hint}")
+    return index - 1
+
+
+def check_kind(kind: str) -> str:
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(
+            f"unknown attention kind {kind!r}: choose one of {', '.join(ATTENTION_KINDS)}"
+        )
+    return kind
+
+
 # ---------------------------------------------------------------------------------------------
-# Building a trace: search, then one teacher-forced forward pass per hypothesis
+# Building a trace: Translator.search, then Translator.replay (teacher forcing) per hypothesis
 # ---------------------------------------------------------------------------------------------
 
 
@@ -126,11 +147,12 @@ def _rounded(x: torch.Tensor | None) -> list | None:
     return None if x is None else x.double().round(decimals=DECIMALS).tolist()
 
 
-def _model_info(model) -> dict:
-    if isinstance(model, RNNSeq2Seq):
+def _model_info(config) -> dict:
+    """The trace's "model": its family and the layers × heads its attention maps have."""
+    if config.arch == "rnn":
         return {
             "arch": "rnn",
-            "attention": model.attention_kind,
+            "attention": config.attention,
             "encoder_layers": 1,
             "decoder_layers": 1,
             "heads": 1,
@@ -138,9 +160,9 @@ def _model_info(model) -> dict:
     return {
         "arch": "transformer",
         "attention": "multi-head",
-        "encoder_layers": len(model.encoder_layers),
-        "decoder_layers": len(model.decoder_layers),
-        "heads": model.decoder_layers[0].self_attn.num_heads,
+        "encoder_layers": config.encoder_layers,
+        "decoder_layers": config.decoder_layers,
+        "heads": config.num_heads,
     }
 
 
@@ -153,38 +175,28 @@ def _top_k(log_probs: torch.Tensor, k: int, tokenizer) -> list[list[dict]]:
     ]
 
 
-def _rnn_parts(model: RNNSeq2Seq, src, tgt_in, maps) -> dict:
-    """h_t, c_t and the scores of one hypothesis (batch of one)."""
-    if maps is None:  # rnn-none: no attention maps; h_t comes from the decoder itself
-        memory = model.encode(src)
-        _, _, steps = model.decoder(tgt_in, model.init_state(memory), memory)
-        return {
-            "decoder_states": _rounded(steps.states[0]),
-            "contexts": None,
-            "scores": None,
-        }
+def _rnn_parts(maps) -> dict:
+    """h_t, c_t and the scores of one hypothesis (batch of one); an RNN without attention has
+    only h_t."""
+    attends = maps.cross is not None
     return {
         "decoder_states": _rounded(maps.decoder_states[0]),  # (T, N)
-        "contexts": _rounded(maps.contexts[0]),  # (T, N)
-        "scores": _rounded(maps.scores[0, 0, 0]),  # (T, S)
+        "contexts": _rounded(maps.contexts[0]) if attends else None,  # (T, N)
+        "scores": _rounded(maps.scores[0, 0, 0]) if attends else None,  # (T, S)
     }
 
 
-def _teacher_forced(translator, src: torch.Tensor, hyp, top_k: int):
-    """Feed a hypothesis's own output back (teacher forcing) and read what the model computed
-    at each step: the same numbers as the search's, since both see the same prefix.
+def _replayed(translator, src: torch.Tensor, hyp, top_k: int):
+    """A hypothesis with what the model computed at each of its steps (Translator.replay).
 
     Returns the TraceHypothesis and the encoder self-attention (L, H, S, S) or None.
     """
-    model, tgt_tok = translator.model, translator.tgt_tokenizer
-    produced = hyp.tokens + ([EOS_ID] if hyp.finished else [])  # T ids
-    tgt_in = torch.tensor([[BOS_ID] + produced[:-1]], device=src.device)  # (1, T)
-    out = model(src, tgt_in, need_weights=True)
-    maps = out.attention  # None for rnn-none
-    cross = None if maps is None else maps.cross[0].permute(2, 0, 1, 3)  # (T, L, H, S)
-    decoder = None if maps is None or maps.decoder is None else maps.decoder[0]  # (L, H, T, T)
-    encoder = None if maps is None or maps.encoder is None else maps.encoder[0]  # (L, H, S, S)
-    is_rnn = isinstance(model, RNNSeq2Seq)
+    tgt_tok = translator.tgt_tokenizer
+    out = translator.replay(src, hyp)
+    maps = out.attention  # rnn-none: decoder_states only
+    cross = None if maps.cross is None else maps.cross[0].permute(2, 0, 1, 3)  # (T, L, H, S)
+    decoder = None if maps.decoder is None else maps.decoder[0]  # (L, H, T, T)
+    encoder = None if maps.encoder is None else maps.encoder[0]  # (L, H, S, S)
     trace_hyp = TraceHypothesis(
         text=tgt_tok.decode(hyp.tokens),
         tokens=[tgt_tok.id_to_token(i) for i in hyp.tokens] + ([EOS] if hyp.finished else []),
@@ -193,46 +205,97 @@ def _teacher_forced(translator, src: torch.Tensor, hyp, top_k: int):
         cross_attention=_rounded(cross),
         decoder_self_attention=_rounded(decoder),
         top_k=_top_k(out.logits[0].log_softmax(-1), top_k, tgt_tok),
-        rnn=_rnn_parts(model, src, tgt_in, maps) if is_rnn else None,
+        rnn=_rnn_parts(maps) if translator.config.arch == "rnn" else None,
     )
     return trace_hyp, encoder
 
 
-@torch.no_grad()
 def build_trace(
     translator,
     sentence: str,
     num_beams: int = 1,
     n_best: int = 1,
-    top_k: int = 5,
+    top_k: int | None = None,
     length_penalty: float | None = None,
 ) -> Trace:
     """Translate `sentence` and record, for each of the n_best outputs, every attention weight.
 
     translator: a heedful.Translator (its model, tokenizers and length limits are used).
     num_beams: 1 is greedy search; n_best: how many hypotheses to keep (at most num_beams).
-    top_k: how many candidate next tokens to record at each step.
+    top_k: how many candidate next tokens to record at each step; None is TOP_K.
     length_penalty: beam search's GNMT alpha; None takes the translator's.
     Raises ValueError for an empty sentence.
     """
     if not sentence.strip():
         raise ValueError("empty sentence: there is nothing to translate, so nothing to trace")
+    top_k = TOP_K if top_k is None else top_k
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
-    settings = {} if length_penalty is None else {"length_penalty": length_penalty}
-    generation = replace(translator.generation, **settings)
+    if length_penalty is None:
+        length_penalty = translator.generation.length_penalty
     ids = translator.src_tokenizer.encode(sentence)
     source_tokens = translator.src_tokenizer.tokens(sentence)
     if len(ids) != len(source_tokens):  # the labels must name the positions the model read
         raise ValueError(f"tokenizer gives {len(ids)} ids but {len(source_tokens)} tokens")
+    import torch
+
     src = torch.tensor([ids], device=translator.device)  # (1, S)
-    [hyps] = translator._search(src, num_beams, n_best, generation, False)
-    traced = [_teacher_forced(translator, src, h, top_k) for h in hyps]
+    [hyps] = translator.search(src, num_beams, n_best, length_penalty=length_penalty)
+    with torch.no_grad():
+        traced = [_replayed(translator, src, h, top_k) for h in hyps]
     return Trace(
-        model=_model_info(translator.model),
+        model=_model_info(translator.config),
         source=sentence,
         source_tokens=source_tokens,
-        search={"num_beams": num_beams, "length_penalty": generation.length_penalty},
+        search={"num_beams": num_beams, "length_penalty": length_penalty},
         encoder_self_attention=_rounded(traced[0][1]),
         hypotheses=[h for h, _ in traced],
+    )
+
+
+# ---- sizes and placeholders for pages that show a trace later (server) ----
+
+from heedful.config import ModelConfig  # noqa: E402 - kept with the block that reads it
+
+TOP_K = 5  # candidates per step in a trace (build_trace's default)
+_BYTES_PER_NUMBER = 8  # "0.12345," in a trace: five decimals and a comma
+
+
+def estimated_json_bytes(
+    config: ModelConfig, source_length: int, output_length: int, n_best: int
+) -> int:
+    """An upper estimate of the JSON size of a trace of `n_best` hypotheses, from the model's
+    shape: S = source_length tokens and at most T = output_length (</s> included) each."""
+    s, t = source_length, output_length
+    if config.arch == "transformer":
+        heads = config.num_heads
+        per_output = config.decoder_layers * heads * (t * s + t * t)  # cross + decoder self
+        shared = config.encoder_layers * heads * s * s  # encoder self-attention
+    else:
+        per_output = 2 * t * s + 2 * t * config.hidden_size  # weights, scores; h_t, c_t
+        shared = 0
+    per_output += 4 * TOP_K * t  # a candidate is a token and a probability
+    return (shared + n_best * per_output) * _BYTES_PER_NUMBER
+
+
+def placeholder_trace(source: str, output: str) -> Trace:
+    """A trace with every field and no weights, whose source and output texts a page finds
+    and replaces by a real trace's (the server's page, heedful.visualize.html.viewer_template)."""
+    hypothesis = TraceHypothesis(
+        text=output,
+        tokens=[],
+        score=0.0,
+        finished=True,
+        cross_attention=None,
+        decoder_self_attention=None,
+        top_k=[],
+        rnn=None,
+    )
+    return Trace(
+        model={},
+        source=source,
+        source_tokens=[],
+        search={},
+        encoder_self_attention=None,
+        hypotheses=[hypothesis],
     )

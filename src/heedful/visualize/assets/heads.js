@@ -1,0 +1,126 @@
+// View: head view, a line from each query to each key it attends to, one colour per head.
+
+function ensureHeadToggles(n) {
+  const box = $("head-toggles");
+  if (box.childElementCount === n) return;
+  box.textContent = "";
+  for (let h = 0; h < n; h++) {
+    const item = el("label");
+    const input = el("input", "head-toggle");
+    input.type = "checkbox";
+    input.checked = true;
+    input.dataset.head = String(h);
+    input.addEventListener("change", drawHeadLines);
+    const swatch = el("span", "swatch");
+    swatch.style.background = headColour(h);
+    item.append(input, swatch, document.createTextNode(n === 1 ? "attention" : "head " + (h + 1)));
+    box.appendChild(item);
+  }
+}
+// what drawHeadLines needs from the last renderHeads: which matrix and where the columns are
+const headView = { kind: "cross", layer: 0, x1: 0, x2: 0, y: (i) => i };
+const COLUMN_TITLES = {
+  cross: ["SOURCE", "OUTPUT"],
+  enc: ["SOURCE (KEYS)", "SOURCE (QUERIES)"],
+  dec: ["OUTPUT (KEYS)", "OUTPUT (QUERIES)"],
+};
+function addHeadViewColumn(view, labs, side, x, y) {
+  labs.forEach((tok, i) => {
+    const attrs = { x, y: y(i), "dominant-baseline": "middle", "data-side": side, "data-index": i };
+    if (side === "left") attrs["text-anchor"] = "end";
+    const text = view.appendChild(svg("text", attrs));
+    text.textContent = shorten(label(tok), 24);
+    text.appendChild(svg("title", {})).textContent = String(tok);
+    const focus = (on) => () => {
+      state.focus = on ? { side, index: i } : null;
+      text.classList.toggle("focus", on);
+      drawHeadLines();
+    };
+    text.addEventListener("mouseenter", focus(true));
+    text.addEventListener("mouseleave", focus(false));
+  });
+}
+function renderHeads() {
+  const kind = $("hv-kind").value;
+  const ok = !!kind && available(kind);
+  setAvailable("heads", ok, missingMessage(kind || "cross"));
+  if (!ok) return;
+  fillSelect($("hv-layer"), layerOptions(layerCount(kind)), layerCount(kind) - 1);
+  state.focus = null;
+  const layer = +$("hv-layer").value;
+  ensureHeadToggles(headCount(kind, layer));
+  const left = colLabels(kind); // keys
+  const right = rowLabels(kind); // queries
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = "13px " + MONO;
+  const textWidth = (labs, least) =>
+    labs.reduce((w, t) => Math.max(w, ctx.measureText(shorten(label(t), 24)).width), least);
+  const x1 = textWidth(left, 110) + 16; // at least the column title's width
+  const x2 = x1 + 320;
+  const width = x2 + textWidth(right, 130) + 16;
+  const rowHeight = 20, top = 34;
+  const height = top + Math.max(left.length, right.length) * rowHeight + 8;
+  const y = (i) => top + i * rowHeight + rowHeight / 2;
+  const view = $("head-view");
+  view.textContent = "";
+  view.setAttribute("width", width);
+  view.setAttribute("height", height);
+  view.setAttribute("viewBox", "0 0 " + width + " " + height);
+  const [leftTitle, rightTitle] = COLUMN_TITLES[kind];
+  const titleAttrs = { y: 14, class: "column-title" };
+  view.appendChild(svg("text", { ...titleAttrs, x: x1 - 8, "text-anchor": "end" })).textContent = leftTitle;
+  view.appendChild(svg("text", { ...titleAttrs, x: x2 + 8 })).textContent = rightTitle;
+  view.appendChild(svg("g", { id: "hv-lines" }));
+  addHeadViewColumn(view, left, "left", x1 - 8, y);
+  addHeadViewColumn(view, right, "right", x2 + 8, y);
+  Object.assign(headView, { kind, layer, x1, x2, y });
+  drawHeadLines();
+}
+function drawHeadLines() {
+  const lines = $("hv-lines");
+  if (!lines) return;
+  lines.textContent = "";
+  const { kind, layer, x1, x2, y } = headView;
+  const focus = state.focus;
+  const heads = Array.from(document.querySelectorAll(".head-toggle"))
+    .filter((box) => box.checked)
+    .map((box) => +box.dataset.head);
+  let count = 0;
+  for (const head of heads) {
+    const rows = headRows(kind, layer, head);
+    const levels = Array.from({ length: LINE_LEVELS }, () => []);
+    for (let i = 0; i < rows.length; i++) {
+      if (focus && focus.side === "right" && focus.index !== i) continue;
+      const row = rows[i];
+      for (let j = 0; j < row.length; j++) {
+        if (focus && focus.side === "left" && focus.index !== j) continue;
+        const w = +row[j] || 0;
+        if (w < MIN_LINE_WEIGHT) continue;
+        const level = Math.min(LINE_LEVELS - 1, Math.floor(w * LINE_LEVELS));
+        levels[level].push("M" + x1 + " " + y(j) + "L" + x2 + " " + y(i));
+        count++;
+      }
+    }
+    const group = svg("g", { class: "head-lines", "data-head": head });
+    levels.forEach((segments, level) => {
+      if (!segments.length) return;
+      group.appendChild(svg("path", {
+        class: "attn-line", d: segments.join(""), stroke: headColour(head),
+        "stroke-opacity": ((level + 1) / LINE_LEVELS).toFixed(2),
+      }));
+    });
+    lines.appendChild(group);
+  }
+  $("head-view").dataset.lineCount = String(count);
+}
+function initHeadView() {
+  fillSelect($("hv-kind"), Object.keys(KINDS).filter(available).map((k) => [k, KINDS[k].title]));
+  $("hv-kind").addEventListener("change", () => invalidate(["heads"]));
+  $("hv-layer").addEventListener("change", () => invalidate(["heads"]));
+  const setAll = (on) => {
+    for (const box of document.querySelectorAll(".head-toggle")) box.checked = on;
+    drawHeadLines();
+  };
+  $("hv-all").addEventListener("click", () => setAll(true));
+  $("hv-none").addEventListener("click", () => setAll(false));
+}
