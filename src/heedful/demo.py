@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from heedful.checkpoint import GenerationConfig, save_model_dir
-from heedful.config import ModelConfig, TrainConfig
+from heedful.checkpoint import save_model_dir
+from heedful.config import GenerationConfig, ModelConfig, TrainConfig
 from heedful.data.tasks import dates_task
 from heedful.data.tokenizers import CharTokenizer
 from heedful.evaluation import exact_match
@@ -55,6 +55,9 @@ DEMO_TRAIN = TrainConfig(
     eval_every=200,
 )
 
+# ISO dates are 10 characters: a fixed output limit, whatever the source length.
+_SEARCH = GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12)
+
 
 @dataclass
 class DemoResult:
@@ -65,6 +68,60 @@ class DemoResult:
     heatmap: Path
     examples: list[tuple[str, str, str]]  # (source, output, reference)
     model_dir: Path | None = None  # the trained model, for `heedful attention` / `explain`
+
+
+def _dates(train_size: int, test_size: int, seed: int) -> tuple[list, list, list]:
+    """Training, development and held-out pairs of the dates task; the development pairs
+    (at most 500) are generated with the training pairs, so they never repeat a test date."""
+    dev_size = min(500, max(train_size // 10, 1))
+    task = dates_task(train_size + dev_size, test_size, seed=seed)
+    return task.train[:train_size], task.train[train_size:], task.test
+
+
+def _train_config(max_steps: int | None, max_time: float | None, seed: int) -> TrainConfig:
+    """DEMO_TRAIN with the caller's budget and seed."""
+    config = replace(DEMO_TRAIN, seed=seed)
+    if max_steps is not None:
+        config = replace(config, max_steps=max_steps, eval_every=min(config.eval_every, max_steps))
+    if max_time is not None:
+        config = replace(config, max_time=max_time)
+    return config
+
+
+def _train(translator: Translator, train: list, dev: list, config: TrainConfig, progress: bool):
+    """Train translator.model on `train`, stopping early once it gets every dev date right."""
+    from heedful.training import train as train_model
+
+    def validate(_model) -> dict:
+        outputs = [t.text for t in translator.translate([s for s, _ in dev], batch_size=500)]
+        return {"dev_exact_match": exact_match(outputs, [t for _, t in dev])}
+
+    return train_model(
+        translator.model,
+        [translator.src_tokenizer.encode(s) for s, _ in train],
+        [translator.tgt_tokenizer.encode(t) for _, t in train],
+        config,
+        validate=validate,
+        good_enough=lambda m: m["dev_exact_match"] >= 0.999,
+        progress=progress,
+    )
+
+
+def _score(translator: Translator, test: list, echo) -> tuple[float, list[tuple[str, str, str]]]:
+    """Exact match on the held-out dates, and the first eight as (source, output, reference)."""
+    start = time.perf_counter()
+    sources = [s for s, _ in test]
+    translations = translator.translate(sources, batch_size=500)
+    accuracy = exact_match([t.text for t in translations], [t for _, t in test])
+    echo(
+        f"exact match on {len(sources)} held-out dates: {accuracy:.1%} "
+        f"({time.perf_counter() - start:.1f} s to translate)"
+    )
+    examples = [(s, t.text, ref) for (s, ref), t in zip(test[:8], translations)]
+    for source, output, reference in examples:
+        mark = "ok" if output == reference else f"WRONG, expected {reference}"
+        echo(f"  {source:<38} -> {output}  {mark}")
+    return accuracy, examples
 
 
 def run_demo(
@@ -78,65 +135,30 @@ def run_demo(
     progress: bool = True,
     echo=print,
 ) -> DemoResult:
+    """Generate the dates task, train DEMO_MODELS[model_name] on it, score it, draw its
+    attention and save it under out_dir; `echo` receives each line of the report."""
     if model_name not in DEMO_MODELS:
         raise ValueError(
             f"unknown demo model {model_name!r}; choose one of {', '.join(DEMO_MODELS)}"
         )
     torch.manual_seed(seed)
-    dev_size = min(500, max(train_size // 10, 1))
-    task = dates_task(train_size + dev_size, test_size, seed=seed)
-    train, dev = task.train[:train_size], task.train[train_size:]
-    src_tok = CharTokenizer.train(s for s, _ in task.train)
-    tgt_tok = CharTokenizer.train(t for _, t in task.train)
+    train, dev, test = _dates(train_size, test_size, seed)
+    src_tok = CharTokenizer.train(s for s, _ in train + dev)
+    tgt_tok = CharTokenizer.train(t for _, t in train + dev)
     model = build_model(DEMO_MODELS[model_name], len(src_tok), len(tgt_tok))
     n_params = sum(p.numel() for p in model.parameters())
     echo(
-        f"dates task: {len(train)} training pairs, {len(task.test)} held-out; e.g. "
+        f"dates task: {len(train)} training pairs, {len(test)} held-out; e.g. "
         f"{train[0][0]!r} -> {train[0][1]!r}"
     )
     echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
 
-    config = DEMO_TRAIN
-    if max_steps is not None:
-        config = replace(config, max_steps=max_steps, eval_every=min(config.eval_every, max_steps))
-    if max_time is not None:
-        config = replace(config, max_time=max_time)
-    config = replace(config, seed=seed)
-    # ISO dates are 10 characters: a fixed output limit, whatever the source length.
-    search = GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12)
-    translator = Translator(model, src_tok, tgt_tok, search)
-
-    def validate(_model) -> dict:
-        outputs = [t.text for t in translator.translate([s for s, _ in dev], batch_size=500)]
-        return {"dev_exact_match": exact_match(outputs, [t for _, t in dev])}
-
-    from heedful.training import train as train_model
-
-    result = train_model(
-        model,
-        [src_tok.encode(s) for s, _ in train],
-        [tgt_tok.encode(t) for _, t in train],
-        config,
-        validate=validate,
-        good_enough=lambda m: m["dev_exact_match"] >= 0.999,
-        progress=progress,
-    )
+    translator = Translator(model, src_tok, tgt_tok, _SEARCH)
+    result = _train(translator, train, dev, _train_config(max_steps, max_time, seed), progress)
     echo(f"trained {result.steps} steps in {result.seconds:.0f} s (stopped by {result.stopped_by})")
+    accuracy, examples = _score(translator, test, echo)
 
-    start = time.perf_counter()
-    sources = [s for s, _ in task.test]
-    translations = translator.translate(sources, batch_size=500)
-    accuracy = exact_match([t.text for t in translations], [t for _, t in task.test])
-    echo(
-        f"exact match on {len(sources)} held-out dates: {accuracy:.1%} "
-        f"({time.perf_counter() - start:.1f} s to translate)"
-    )
-    examples = [(s, t.text, ref) for (s, ref), t in zip(task.test[:8], translations)]
-    for source, output, reference in examples:
-        mark = "ok" if output == reference else f"WRONG, expected {reference}"
-        echo(f"  {source:<38} -> {output}  {mark}")
-
-    heatmap = _draw(translator, _showcase_source(task.test), Path(out_dir), model_name)
+    heatmap = _draw(translator, _showcase_source(test), Path(out_dir), model_name)
     echo(f"attention heatmap: {heatmap}")
     model_dir = save_model_dir(
         Path(out_dir) / f"model-{model_name}",
@@ -144,7 +166,7 @@ def run_demo(
         DEMO_MODELS[model_name],
         src_tok,
         tgt_tok,
-        search,
+        _SEARCH,
         ("dates", "iso"),
     )
     hint = f' (try: heedful attention {model_dir} "{examples[0][0]}" --html viewer.html)'

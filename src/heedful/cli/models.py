@@ -1,0 +1,125 @@
+"""Commands that make a model directory: demo, train, average, export."""
+
+from __future__ import annotations
+
+import click
+
+from heedful.cli.options import DIRECTORY, POSITIVE, Deferred, threads_option
+
+
+def _demo_options() -> list[click.Parameter]:
+    from heedful.demo import DEMO_MODELS
+
+    model = click.Option(
+        ["--model", "model_name"],
+        type=click.Choice(list(DEMO_MODELS)),
+        default="transformer",
+        show_default=True,
+        help="Which model learns the task.",
+    )
+    return [model, threads_option()]
+
+
+@click.command(cls=Deferred, later=_demo_options)
+@click.option("--out", default="heedful-demo", show_default=True, help="Where the heatmap goes.")
+@click.option("--train-size", default=40_000, show_default=True, help="Generated training pairs.")
+@click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
+@click.option("--max-time", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--seed", default=1, show_default=True)
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+def demo(model_name, out, train_size, max_steps, max_time, seed, progress) -> None:
+    """Learn to turn human-written dates into ISO dates, then draw the attention."""
+    from heedful.demo import run_demo
+
+    run_demo(
+        model_name,
+        out,
+        train_size=train_size,
+        max_steps=max_steps,
+        max_time=max_time,
+        seed=seed,
+        progress=progress,
+        echo=click.echo,
+    )
+
+
+@click.command()
+@click.argument("config_path", type=click.Path(dir_okay=False))
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config value, e.g. --set train.max_steps=200 (repeatable).",
+)
+@click.option("--run-dir", default=None, help="Run directory [default: runs/<config name>].")
+@click.option("--force", is_flag=True, help="Delete an existing run directory and start over.")
+@click.option("--progress/--no-progress", default=True)
+@click.option(
+    "--threads",
+    type=POSITIVE,
+    default=None,
+    help="CPU threads, as --set train.threads=N [default: the config's, else one per core].",
+)
+def train(config_path, overrides, run_dir, force, progress, threads) -> None:
+    """Train (or resume) a model from a YAML config."""
+    from pathlib import Path
+
+    from heedful.config import load_config
+    from heedful.experiment import train_from_config
+
+    if threads is not None:
+        overrides = (*overrides, f"train.threads={threads}")
+    config = load_config(config_path, list(overrides))
+    run_dir = run_dir or str(Path("runs") / Path(config_path).stem)
+    click.echo(f"run directory: {run_dir}")
+    train_from_config(config, run_dir, force=force, progress=progress, echo=click.echo)
+
+
+@click.command()
+@click.argument("model_dirs", nargs=-1, required=True, type=DIRECTORY)
+@click.option("-o", "--output", "output_dir", required=True, type=DIRECTORY)
+def average(model_dirs, output_dir) -> None:
+    """Average the weights of several checkpoints of one model into OUTPUT."""
+    from heedful.checkpoint import average_checkpoints
+
+    out = average_checkpoints(list(model_dirs), output_dir)
+    click.echo(f"averaged {len(model_dirs)} checkpoints into {out}")
+
+
+def _export_options() -> list[click.Parameter]:
+    from heedful.export import FORMATS, QUANTIZATIONS
+
+    format_ = click.Option(
+        ["--format", "format_"],
+        type=click.Choice(FORMATS),
+        default=FORMATS[0],
+        show_default=True,
+        help="What to export to.",
+    )
+    quantization = click.Option(
+        ["--quantization"],
+        type=click.Choice(QUANTIZATIONS),
+        default=None,
+        help="Weight type of the export [default: float32, as trained].",
+    )
+    return [format_, quantization]
+
+
+@click.command(cls=Deferred, later=_export_options)
+@click.argument("model_dir", type=DIRECTORY)
+@click.option(
+    "-o",
+    "--output",
+    "output_dir",
+    required=True,
+    type=DIRECTORY,
+    help="The directory to write (replaced if it exists).",
+)
+def export(model_dir, output_dir, format_, quantization) -> None:
+    """Export a Transformer MODEL_DIR for a faster runtime: translate the result with
+    `heedful translate OUTPUT --engine ctranslate2` (needs pip install 'heedful[fast]')."""
+    from heedful.export import export_ctranslate2
+
+    out = export_ctranslate2(model_dir, output_dir, quantization)
+    click.echo(f"exported {model_dir} to {out} ({format_}, {quantization or 'float32'} weights)")

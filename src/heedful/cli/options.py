@@ -1,0 +1,124 @@
+"""Options that several commands share, and `Deferred`, which declares the options that take
+their choices and defaults from modules that import torch only when a command is used."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+FILE = click.Path(dir_okay=False)
+DIRECTORY = click.Path(file_okay=False)
+POSITIVE = click.IntRange(min=1)
+
+
+class Deferred(click.Command):
+    """A command whose last options are declared by `later()` the first time the command is
+    parsed or its --help shown, not when the CLI loads.
+
+    Their choices and defaults live in the modules that own them (heedful.runtime's engines,
+    heedful.server's limits, ...), which import torch: a second and more that `heedful --help`
+    and every other command should not wait for.
+    """
+
+    def __init__(self, *args, later: Callable[[], list[click.Parameter]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.later: Callable[[], list[click.Parameter]] | None = later
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self.later is not None:
+            self.params.extend(self.later())
+            self.later = None
+        return super().get_params(ctx)
+
+
+def _set_threads(ctx, param, value) -> None:
+    from heedful.cpu import set_threads
+
+    set_threads(value)
+
+
+def threads_option() -> click.Option:
+    """--threads, applied as soon as it is parsed (before any model is loaded)."""
+    return click.Option(
+        ["--threads"],
+        type=POSITIVE,
+        default=None,
+        expose_value=False,
+        callback=_set_threads,
+        help="CPU threads for torch and CTranslate2 [default: one per core, or OMP_NUM_THREADS]. "
+        "Fewer keeps a shared machine responsive.",
+    )
+
+
+def runtime_options() -> list[click.Parameter]:
+    """--engine, --quantize and --threads: how the model runs (heedful.runtime.load_translator)."""
+    from heedful.runtime import ENGINES
+    from heedful.translator import QUANTIZE
+
+    engine = click.Option(
+        ["--engine"],
+        type=click.Choice(ENGINES),
+        default="torch",
+        show_default=True,
+        help="torch: our own search, with attention. ctranslate2: a `heedful export` (or the "
+        "model directory, converted on loading) run by CTranslate2 on the CPU "
+        "(pip install 'heedful[fast]').",
+    )
+    quantize = click.Option(
+        ["--quantize"],
+        type=click.Choice(QUANTIZE),
+        default=None,
+        help="Run the Linear layers in int8 on the CPU (torch: dynamic quantization; "
+        "ctranslate2: int8 compute).",
+    )
+    return [engine, quantize, threads_option()]
+
+
+def limit_options() -> list[click.Parameter]:
+    """One flag per field of heedful.server.ServerLimits: --max-chars, --request-timeout, ..."""
+    from dataclasses import fields
+
+    from heedful.server import ServerLimits
+
+    return [
+        click.Option(
+            ["--" + spec.name.replace("_", "-"), spec.name],
+            type=type(spec.default),
+            default=spec.default,
+            show_default=True,
+            help=spec.metadata["help"],
+        )
+        for spec in fields(ServerLimits)
+    ]
+
+
+def search_options(f):
+    """--beam and --batch-size: how translate and evaluate search."""
+    f = click.option(
+        "--batch-size", type=POSITIVE, default=64, show_default=True, help="Sentences per batch."
+    )(f)
+    return click.option(
+        "--beam",
+        "num_beams",
+        type=POSITIVE,
+        default=None,
+        help="Beam size (1 = greedy) [default: the model's generation.json].",
+    )(f)
+
+
+def where_options(f):
+    """--layer and --head: which attention map of a trace a picture shows."""
+    f = click.option(
+        "--head", type=int, default=None, help="Head (from 1) [default: mean of heads]."
+    )(f)
+    return click.option(
+        "--layer", type=int, default=None, help="Layer (from 1) [default: the last]."
+    )(f)
+
+
+def picture_option(help: str | None = None, required: bool = False):
+    """--png/--svg/--pdf FILE: one picture, its format named by the suffix."""
+    return click.option(
+        "--png", "--svg", "--pdf", "picture", required=required, type=FILE, help=help
+    )

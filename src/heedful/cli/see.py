@@ -1,0 +1,137 @@
+"""Commands that draw what a model does: attention, explain, positional, curves."""
+
+from __future__ import annotations
+
+import click
+
+from heedful.cli.options import (
+    DIRECTORY,
+    FILE,
+    POSITIVE,
+    Deferred,
+    picture_option,
+    where_options,
+)
+
+
+def _kind_option(help: str | None = None):
+    """--kind: which attention (heedful.visualize.trace's ATTENTION_KINDS)."""
+
+    def later() -> list[click.Parameter]:
+        from heedful.visualize.trace import ATTENTION_KINDS
+
+        kind = click.Option(
+            ["--kind"],
+            type=click.Choice(ATTENTION_KINDS),
+            default="cross",
+            show_default=True,
+            help=help,
+        )
+        return [kind]
+
+    return later
+
+
+@click.command(cls=Deferred, later=_kind_option("Which attention the picture shows."))
+@click.argument("model_dir", type=DIRECTORY)
+@click.argument("sentence")
+@picture_option("Write a heatmap (format from the suffix: .png, .svg or .pdf).")
+@click.option("--html", "html_path", type=FILE, help="Write the self-contained interactive viewer.")
+@click.option(
+    "--json",
+    "json_path",
+    type=FILE,
+    help="Write the attention trace as JSON (docs/trace-schema.md).",
+)
+@click.option("--grid", is_flag=True, help="All layers × heads in one picture.")
+@click.option("--beam", "num_beams", type=POSITIVE, default=1, show_default=True)
+@click.option(
+    "--n-best",
+    type=POSITIVE,
+    default=1,
+    show_default=True,
+    help="Hypotheses in the trace (the beam grows to hold them).",
+)
+@where_options
+def attention(
+    model_dir, sentence, picture, html_path, json_path, kind, grid, num_beams, n_best, layer, head
+) -> None:
+    """Translate SENTENCE and show where the model looked."""
+    from heedful.config import beams_for
+    from heedful.translator import Translator
+    from heedful.visualize.trace import build_trace
+
+    if not (picture or html_path or json_path):
+        raise click.UsageError("give at least one of --png/--svg/--pdf, --html or --json")
+    translator = Translator.load(model_dir)
+    trace = build_trace(translator, sentence, num_beams=beams_for(num_beams, n_best), n_best=n_best)
+    click.echo(f"{sentence} -> {trace.hypotheses[0].text}")
+    if json_path:
+        trace.save(json_path)
+        click.echo(f"trace: {json_path}")
+    if picture:
+        from heedful.visualize.heatmap import plot_trace
+
+        plot_trace(trace, picture, kind=kind, layer=layer, head=head, grid=grid)
+        click.echo(f"heatmap: {picture}")
+    if html_path:
+        from pathlib import Path
+
+        from heedful.visualize.html import render_html
+
+        Path(html_path).write_text(render_html(trace), encoding="utf-8")
+        click.echo(f"viewer: {html_path}")
+
+
+@click.command(cls=Deferred, later=_kind_option())
+@click.argument("model_dir", type=DIRECTORY)
+@click.argument("sentence")
+@click.option("--layer", type=int, default=None, help="Layer (from 1) [default: the last].")
+@click.option("--head", type=int, default=1, show_default=True, help="Head (from 1).")
+@click.option(
+    "--position",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Query position (from 1): an output step, or a source token for --kind encoder.",
+)
+@click.option("--html", "html_path", type=FILE, help="Also write the explanation as a web page.")
+def explain(model_dir, sentence, kind, layer, head, position, html_path) -> None:
+    """Print one attention computation with the model's real numbers."""
+    from heedful.translator import Translator
+    from heedful.visualize.explain import explain as run_explain
+
+    result = run_explain(
+        Translator.load(model_dir), sentence, layer=layer, head=head, position=position, kind=kind
+    )
+    click.echo(result.text(), nl=False)
+    if html_path:
+        from pathlib import Path
+
+        Path(html_path).write_text(result.html(), encoding="utf-8")
+        click.echo(f"page: {html_path}")
+
+
+@click.command()
+@click.option("--d-model", default=128, show_default=True)
+@click.option("--length", default=50, show_default=True)
+@picture_option(required=True)
+def positional(d_model, length, picture) -> None:
+    """Draw the sinusoidal positional-encoding matrix."""
+    from heedful.visualize.positional import plot_positional
+
+    plot_positional(d_model, length, picture)
+    click.echo(f"positional encoding: {picture}")
+
+
+@click.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=DIRECTORY)
+@picture_option(required=True)
+def curves(run_dirs, picture) -> None:
+    """Plot loss, validation BLEU and learning rate of one or more runs."""
+    from pathlib import Path
+
+    from heedful.visualize.curves import plot_curves
+
+    plot_curves([Path(d) for d in run_dirs], picture)
+    click.echo(f"curves: {picture}")
