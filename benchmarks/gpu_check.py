@@ -9,7 +9,9 @@
    under bf16 autocast: the loss within 2% of float32.
 2. Fused attention: the padded-mask and causal calls the model makes run under the flash and
    memory-efficient SDPA backends alone (torch raises if no fused kernel can serve them).
-3. Rates: training target tokens/s with bf16 autocast (dates task: needs no download), and
+3. Resume: the CUDA generators' states round trip through the training state (rng_state,
+   restore_rng), so a resumed run draws the same dropout masks on the GPU.
+4. Rates: training target tokens/s with bf16 autocast (dates task: needs no download), and
    greedy / beam-5 decoding sentences/s of the model it trained.
 Prints one JSON object; exits non-zero if a check fails. `--device cpu --steps 60` runs the
 same code on the CPU (the comparisons then compare the CPU with itself): a dry run of the script.
@@ -29,7 +31,8 @@ from heedful.data.batching import collate
 from heedful.data.tasks import generate_dates
 from heedful.data.tokenizers import CharTokenizer
 from heedful.models.build import build_model
-from heedful.training import make_optimizer, sequence_loss, train
+from heedful.training import sequence_loss, train
+from heedful.training_state import make_optimizer, restore_rng, rng_state
 from heedful.translator import Translator
 
 MODEL = ModelConfig(d_model=256, num_heads=4, encoder_layers=3, decoder_layers=3, d_ff=1024,
@@ -110,7 +113,19 @@ def main() -> int:
         report["fused_attention"] = f"no fused kernel: {e}"
         failures.append("the fused SDPA backends do not serve the model's attention")
 
-    # 3. rates
+    # 3. the CUDA generators round trip (resume on a GPU stays exact)
+    if cuda.type == "cuda":
+        saved = rng_state()
+        expected = torch.rand(4, device=cuda)
+        torch.rand(100, device=cuda)
+        restore_rng(saved)
+        report["cuda_rng_round_trip"] = "rng.cuda.0" in saved and bool(
+            torch.equal(torch.rand(4, device=cuda), expected)
+        )
+        if not report["cuda_rng_round_trip"]:
+            failures.append("the CUDA generators' states do not round trip")
+
+    # 4. rates
     torch.manual_seed(1)
     model = build_model(MODEL, vocab, vocab)
     steps = args.steps

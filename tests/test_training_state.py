@@ -118,19 +118,19 @@ def test_a_state_from_a_gpu_resumes_on_a_cpu(tmp_path):
     assert torch.equal(torch.rand(3), expected)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_the_cuda_generators_round_trip():
-    torch.zeros(1, device="cuda")  # CUDA in use
-    saved = rng_state()
-    assert "rng.cuda.0" in saved
-    expected = torch.rand(4, device="cuda")
-    torch.rand(100, device="cuda")
-    restore_rng(saved)
-    assert torch.equal(torch.rand(4, device="cuda"), expected)
-
-
 def test_a_state_with_other_parameter_groups_is_named(tmp_path):
     model = build_model(TRANSFORMER, 12, 12)
     _trained_state(model, TrainConfig(optimizer="adamw", weight_decay=0.0)).save(tmp_path)
     with pytest.raises(CheckpointError, match="train.weight_decay.*--force"):
         TrainState.resume(tmp_path, model, TrainConfig(optimizer="adamw", weight_decay=0.1))
+
+
+def test_the_generators_round_trip_on_this_machine():
+    """rng_state/restore_rng on the generators this machine has (the CPU's here; the CUDA
+    ones are checked on a GPU by benchmarks/gpu_check.py)."""
+    saved = rng_state()
+    assert "rng.torch" in saved and all(isinstance(v, torch.Tensor) for v in saved.values())
+    expected = torch.rand(4)
+    torch.rand(100)
+    restore_rng(saved)
+    assert torch.equal(torch.rand(4), expected)

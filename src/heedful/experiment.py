@@ -21,7 +21,6 @@ from heedful.data.batching import bucketed_batches
 from heedful.data.corpus import CorpusError
 from heedful.models.build import build_model
 from heedful.run_dir import Run
-from heedful.run_dir import RunError as RunError  # cli/errors.py imports it from here
 from heedful.training import Batch, Distributed, TrainResult, sequence_loss, train
 from heedful.training_state import TrainState, seed_generators
 

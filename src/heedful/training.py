@@ -25,7 +25,6 @@ from heedful.data.batching import bucketed_batches, collate
 from heedful.data.tokenizers import PAD_ID
 from heedful.evaluation import improves
 from heedful.training_state import TrainProgress, TrainState
-from heedful.training_state import make_optimizer as make_optimizer  # benchmarks import it here
 
 
 class TrainingError(ValueError):
