@@ -17,11 +17,11 @@ import torch
 from heedful.checkpoint import CheckpointError, load_model_dir
 from heedful.config import Config, ConfigError, save_config
 from heedful.cpu import set_threads
-from heedful.data.batching import bucketed_batches
+from heedful.data.batching import bucketed_batches, collate
 from heedful.data.corpus import CorpusError
 from heedful.models.build import build_model
 from heedful.run_dir import Run
-from heedful.training import Batch, Distributed, TrainResult, sequence_loss, train
+from heedful.training import Distributed, TrainResult, sequence_loss, train
 from heedful.training_state import TrainState, seed_generators
 
 
@@ -85,7 +85,7 @@ def make_validator(valid_pairs, src_tok, tgt_tok, config: Config, device):
     def validate(model) -> dict:
         total, tokens = 0.0, 0
         for rows in batches:
-            batch = Batch.of([src_ids[i] for i in rows], [tgt_ids[i] for i in rows]).to(device)
+            batch = collate([src_ids[i] for i in rows], [tgt_ids[i] for i in rows]).to(device)
             logits = model(batch.src, batch.tgt_in).logits  # (B, T, V)
             total += sequence_loss(logits, batch.tgt_out, 0.0, "sum").item()
             tokens += batch.target_tokens()

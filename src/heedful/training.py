@@ -14,14 +14,13 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from heedful.config import TrainConfig
-from heedful.data.batching import bucketed_batches, collate
+from heedful.data.batching import Batch, bucketed_batches, collate
 from heedful.data.tokenizers import PAD_ID
 from heedful.evaluation import improves
 from heedful.training_state import TrainProgress, TrainState
@@ -29,26 +28,6 @@ from heedful.training_state import TrainProgress, TrainState
 
 class TrainingError(ValueError):
     """Training cannot go on (the loss or the weights stopped being finite); says at which step."""
-
-
-class Batch(NamedTuple):
-    """Padded ids: src (B, S); tgt_in (B, T) = <s> y, what the decoder reads; tgt_out (B, T) =
-    y </s>, what it should predict (teacher forcing)."""
-
-    src: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-
-    @classmethod
-    def of(cls, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> Batch:
-        return cls(*collate(src_ids, tgt_ids))
-
-    def to(self, device: str | torch.device) -> Batch:
-        return Batch(*(t.to(device) for t in self))
-
-    def target_tokens(self) -> int:
-        """The target positions that are not padding: what the loss averages over."""
-        return int((self.tgt_out != PAD_ID).sum())
 
 
 @dataclass
@@ -140,7 +119,7 @@ class BatchStream:
             self._order = self._epoch_order()
         indices = self._order[self.batch]
         self.batch += 1
-        return Batch.of([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices])
+        return collate([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices])
 
 
 def _shard(batch: Batch, dist: Distributed) -> tuple[Batch, float]:

@@ -2,7 +2,7 @@ import random
 
 import torch
 
-from heedful.data.batching import bucketed_batches, collate
+from heedful.data.batching import Batch, bucketed_batches, collate
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, CharTokenizer
 
 
@@ -40,3 +40,12 @@ def test_char_tokenizer_round_trip_and_unknowns(tmp_path):
     assert tok.decode(ids + [EOS_ID] + ids) == "29 août"  # stops at </s>
     tok.save(tmp_path / "t.json")
     assert tok.load(tmp_path / "t.json").vocab == tok.vocab
+
+
+def test_collate_names_its_tensors():
+    batch = collate([[4, 5, 6], [7]], [[8, 9], [10]])
+    assert isinstance(batch, Batch)
+    assert batch.tgt_in.tolist() == [[BOS_ID, 8, 9], [BOS_ID, 10, PAD_ID]]
+    assert batch.tgt_out.tolist() == [[8, 9, EOS_ID], [10, EOS_ID, PAD_ID]]
+    assert batch.src.shape == (2, 3) and batch.target_tokens() == 5
+    assert batch.to("cpu").src is not None

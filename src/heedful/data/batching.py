@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -51,9 +52,25 @@ def pad(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.Tenso
     return out
 
 
-def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]):
-    """-> src (B, S), tgt_in (B, T) = <s> y, tgt_out (B, T) = y </s>"""
-    return (
+class Batch(NamedTuple):
+    """Padded ids: src (B, S); tgt_in (B, T) = <s> y, what the decoder reads; tgt_out (B, T) =
+    y </s>, what it should predict (teacher forcing)."""
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+    def to(self, device: str | torch.device) -> Batch:
+        return Batch(*(t.to(device) for t in self))
+
+    def target_tokens(self) -> int:
+        """The target positions that are not padding: what the loss averages over."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+
+def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> Batch:
+    """Source and target id lists -> a Batch: src (B, S), tgt_in = <s> y, tgt_out = y </s>."""
+    return Batch(
         pad(src_ids),
         pad([[BOS_ID, *t] for t in tgt_ids]),
         pad([[*t, EOS_ID] for t in tgt_ids]),
