@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import test_hostile_model_dirs as model_dirs
-import test_hostile_server as server
 import test_hostile_training as training
+from server import test_hostile as server
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "hostile-inputs.md"
 UMASKS = 3  # test_written_files_follow_the_umask's parameters
@@ -23,7 +23,7 @@ def documented() -> dict[str, int]:
 def test_the_documented_counts_are_the_tables():
     counts = documented()
     expected = {
-        "`tests/test_hostile_server.py` (`CASES`": len(server.CASES),
+        "`tests/server/test_hostile.py` (`CASES`": len(server.CASES),
         "`tests/test_hostile_training.py` (`CASES`": len(training.CASES),
         "`tests/test_hostile_training.py` (a crash": TRAINING_EXTRA,
         "`tests/test_hostile_model_dirs.py` (`CASES`": len(model_dirs.CASES),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from heedful.config import ModelConfig
 from heedful.data.tokenizers import EOS
 
 if TYPE_CHECKING:
@@ -255,10 +256,13 @@ def build_trace(
 
 # ---- sizes and placeholders for pages that show a trace later (server) ----
 
-from heedful.config import ModelConfig  # noqa: E402 - kept with the block that reads it
 
 TOP_K = 5  # candidates per step in a trace (build_trace's default)
-_BYTES_PER_NUMBER = 8  # "0.12345," in a trace: five decimals and a comma
+# Bytes a number takes in a trace's JSON, with DECIMALS decimals and a comma: a weight or a
+# probability is in [0, 1] ("0.12345,"); h_t and c_t of tanh-bounded RNNs in (-1, 1)
+# ("-0.12345,"); a score before the softmax is unbounded, and real ones stay under 1000 in
+# magnitude ("-123.45678,").
+_WEIGHT_BYTES, _STATE_BYTES, _SCORE_BYTES = 8, 9, 11
 
 
 def estimated_json_bytes(
@@ -270,12 +274,14 @@ def estimated_json_bytes(
     if config.arch == "transformer":
         heads = config.num_heads
         per_output = config.decoder_layers * heads * (t * s + t * t)  # cross + decoder self
-        shared = config.encoder_layers * heads * s * s  # encoder self-attention
+        per_output *= _WEIGHT_BYTES
+        shared = config.encoder_layers * heads * s * s * _WEIGHT_BYTES  # encoder self-attention
     else:
-        per_output = 2 * t * s + 2 * t * config.hidden_size  # weights, scores; h_t, c_t
+        per_output = t * s * (_WEIGHT_BYTES + _SCORE_BYTES)  # weights and scores
+        per_output += 2 * t * config.hidden_size * _STATE_BYTES  # h_t and c_t
         shared = 0
-    per_output += 4 * TOP_K * t  # a candidate is a token and a probability
-    return (shared + n_best * per_output) * _BYTES_PER_NUMBER
+    per_output += 4 * TOP_K * t * _WEIGHT_BYTES  # a candidate is a token and a probability
+    return shared + n_best * per_output
 
 
 def placeholder_trace(source: str, output: str) -> Trace:

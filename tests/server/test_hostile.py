@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 
 import pytest
 import requests
-from test_server import InProcessServer
 
 from heedful.server import ServerLimits
+
+from .helpers import InProcessServer
 
 LIMITS = ServerLimits(
     max_chars=50,

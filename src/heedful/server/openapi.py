@@ -1,0 +1,64 @@
+"""The OpenAPI description of the answers: each route's 200 and its errors.
+
+The requests' side is declared in schema.py, with the checks it describes.
+"""
+
+from __future__ import annotations
+
+ERRORS = {
+    400: "invalid input: a missing or wrong field, an empty text, an unsupported language "
+    "pair, a text or batch over its limit, invalid JSON",
+    408: "the body did not arrive within --body-timeout",
+    413: "the body is over --max-body-bytes",
+    415: "the body is neither JSON nor a form, or not UTF-8",
+    503: "saturated (--max-in-flight) or the model is still loading",
+    504: "the request took longer than --request-timeout",
+}
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_COUNT = {"type": "integer", "minimum": 0}
+_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+
+
+def answer_schemas(source: str) -> dict[str, dict]:
+    """The JSON Schema of each route's 200 answer, by name; `source` the language /detect
+    finds."""
+    translated = {
+        "translatedText": {"anyOf": [{"type": "string"}, _STRINGS]},
+        "alternatives": {"anyOf": [_STRINGS, {"type": "array", "items": _STRINGS}]},
+        "attention": {
+            "description": "the attention trace of docs/trace-schema.md (a list for a list q)",
+            "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
+        },
+    }
+    detection = {
+        "language": {"type": "string", "enum": [source]},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 100},
+    }
+    language = {"code": {"type": "string"}, "name": {"type": "string"}, "targets": _STRINGS}
+    health = {"status": {"type": "string"}, "ready": {"type": "boolean"}, "in_flight": _COUNT}
+    health |= dict.fromkeys(("requests", "sentences", "batches", "largest_batch"), _COUNT)
+    return {
+        "TranslateResponse": _object(["translatedText"], translated),
+        "Detections": {"type": "array", "items": _object(["language", "confidence"], detection)},
+        "Languages": {"type": "array", "items": _object(["code", "name", "targets"], language)},
+        "Health": _object(["status", "ready", "in_flight"], health),
+        "Ready": _object(["status"], {"status": {"type": "string"}}),
+    }
+
+
+def _object(required: list[str], properties: dict) -> dict:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def _json(schema: dict) -> dict:
+    return {"application/json": {"schema": schema}}
+
+
+def responses(answer: dict, statuses=tuple(ERRORS)) -> dict:
+    """A route's OpenAPI `responses`: 200 with the schema `answer`, and the errors of
+    `statuses`."""
+    described = {200: {"description": "OK", "content": _json(answer)}}
+    for status in statuses:
+        described[status] = {"description": ERRORS[status], "content": _json(_ERROR)}
+    return described

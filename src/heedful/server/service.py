@@ -1,0 +1,199 @@
+"""The model's side of the server: plan a request's searches, run batches of them (in the
+worker thread), and write LibreTranslate's answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from heedful.config import beams_for
+from heedful.safejson import dumps
+from heedful.server.limits import ApiError, ServerLimits
+from heedful.server.schema import TranslateRequest, check_limits
+from heedful.visualize.trace import build_trace, estimated_json_bytes
+
+
+@dataclass(frozen=True)
+class Search:
+    """The settings that decide which texts may share a batch."""
+
+    num_beams: int
+    n_best: int
+    max_len_ratio: float
+    max_len_offset: int
+
+
+@dataclass(eq=False)
+class Job:
+    """One request in the queue: its texts, their searches and where the answer goes."""
+
+    texts: list[str]
+    searches: list[Search]
+    attention: bool
+    future: asyncio.Future
+
+
+@dataclass
+class Output:
+    text: str
+    alternatives: list[str]
+    trace_json: str | None = None  # the trace (docs/trace-schema.md), serialized in the worker
+
+
+class TranslationService:
+    """A loaded Translator (either engine) with the server's limits: plans requests and
+    translates batches of them."""
+
+    def __init__(self, translator, limits: ServerLimits):
+        self.translator, self.limits = translator, limits
+        config = translator.config
+        learned = config.arch == "transformer" and config.positional == "learned"
+        # a learned positional table ends at max_positions; sinusoidal ones extend on the fly
+        self.max_positions = config.max_positions if learned else None
+
+    def plan(self, request: TranslateRequest) -> tuple[list[Search], bool]:
+        """The search of every text, with beams and output lengths within the limits."""
+        limits, translator = self.limits, self.translator
+        check_limits(request, limits)
+        n_best = request.alternatives + 1
+        beams = request.num_beams
+        if beams is None:
+            beams = min(translator.generation.num_beams, limits.max_num_beams)
+        beams = beams_for(beams, n_best)  # n alternatives need a beam of n + 1
+        if request.return_attention and translator.engine != "torch":
+            raise ApiError(
+                400,
+                f"this server runs the {translator.engine} engine, which gives no "
+                "attention weights: drop return_attention (the torch engine gives them)",
+            )
+        searches, attention_bytes = [], 0
+        for i, text in enumerate(request.texts):
+            source_tokens = len(translator.src_tokenizer.encode(text))
+            if self.max_positions is not None and source_tokens > self.max_positions:
+                where = f"q[{i}]" if request.is_list else "q"
+                raise ApiError(
+                    400,
+                    f"{where} is {source_tokens} tokens long; this model reads at most "
+                    f"{self.max_positions}",
+                )
+            search, output_limit = self._search(source_tokens, beams, n_best, request)
+            searches.append(search)
+            attention_bytes += estimated_json_bytes(
+                translator.config,
+                source_tokens,
+                output_limit + 1,
+                n_best,  # + </s>
+            )
+        if request.return_attention and attention_bytes > limits.max_attention_bytes:
+            raise ApiError(
+                400,
+                f"the attention of this request could take {attention_bytes:,} bytes; the limit "
+                f"is {limits.max_attention_bytes:,} (--max-attention-bytes): send shorter or "
+                "fewer texts, fewer alternatives, or drop return_attention",
+            )
+        return searches, request.return_attention
+
+    def _search(
+        self, source_tokens: int, beams: int, n_best: int, request: TranslateRequest
+    ) -> tuple[Search, int]:
+        """The search and its output limit: the model's (ratio · S + offset), capped by the
+        request and the server; a cap that binds becomes a limit of its own (ratio 0,
+        offset = the cap)."""
+        g = self.translator.generation
+        natural = g.max_output_length(source_tokens)
+        caps = [self.limits.max_new_tokens, request.max_new_tokens, self.max_positions]
+        cap = min(c for c in caps if c is not None)
+        if natural <= cap:
+            return Search(beams, n_best, g.max_len_ratio, g.max_len_offset), natural
+        return Search(beams, n_best, 0.0, cap), cap
+
+    # -- in the worker thread ------------------------------------------------------------------
+
+    def run(self, jobs: list[Job]) -> list[list[Output] | Exception]:
+        """Translate a batch of jobs: the texts that share a Search in one call; a job with
+        attention one text at a time (each trace has its own search and teacher-forced pass)."""
+        results = [
+            self._guard(lambda job=job: self._traces(job))
+            if job.attention
+            else [None] * len(job.texts)
+            for job in jobs
+        ]
+        groups: dict[Search, list[tuple[int, int]]] = {}
+        for j, job in enumerate(jobs):
+            for i, search in enumerate([] if job.attention else job.searches):
+                groups.setdefault(search, []).append((j, i))
+        for search, members in groups.items():
+            texts = [jobs[j].texts[i] for j, i in members]
+            outputs = self._guard(lambda s=search, t=texts: self._translate(s, t))
+            for k, (j, i) in enumerate(members):
+                if isinstance(outputs, Exception):
+                    results[j] = outputs
+                elif isinstance(results[j], list):
+                    results[j][i] = outputs[k]
+        return results
+
+    @staticmethod
+    def _guard(work: Callable[[], list[Output]]) -> list[Output] | Exception:
+        try:
+            return work()
+        except Exception as error:  # noqa: BLE001 - the job's answer, not the worker's end
+            return error
+
+    def _translate(self, search: Search, texts: list[str]) -> list[Output]:
+        results = self.translator.translate(
+            texts,
+            num_beams=search.num_beams,
+            n_best=search.n_best,
+            batch_size=self.limits.max_batch_size,
+            max_len_ratio=search.max_len_ratio,
+            max_len_offset=search.max_len_offset,
+        )
+        return [Output(r.text, [a.text for a in r.alternatives or []]) for r in results]
+
+    def _traces(self, job: Job) -> list[Output]:
+        outputs, size = [], 0
+        for text, search in zip(job.texts, job.searches):
+            translator = self._with_lengths(search)
+            trace = build_trace(translator, text, num_beams=search.num_beams, n_best=search.n_best)
+            trace_json = dumps(trace.to_dict())
+            size += len(trace_json.encode("utf-8"))
+            if size > self.limits.max_attention_bytes:
+                raise ApiError(
+                    400,
+                    f"the attention of this request is over the limit of "
+                    f"{self.limits.max_attention_bytes:,} bytes (--max-attention-bytes)",
+                )
+            first, *rest = trace.hypotheses
+            outputs.append(Output(first.text, [h.text for h in rest], trace_json))
+        return outputs
+
+    def _with_lengths(self, search: Search):
+        """The translator with this search's output-length limit (the model is shared)."""
+        from copy import copy
+
+        translator = copy(self.translator)
+        translator.generation = replace(
+            translator.generation,
+            max_len_ratio=search.max_len_ratio,
+            max_len_offset=search.max_len_offset,
+        )
+        return translator
+
+
+def response_body(request: TranslateRequest, outputs: list[Output]) -> bytes:
+    """LibreTranslate's answer: a string per string, a list per list; plus our attention."""
+
+    def shaped(values):
+        return values if request.is_list else values[0]
+
+    body: dict[str, Any] = {"translatedText": shaped([o.text for o in outputs])}
+    if request.alternatives:
+        body["alternatives"] = shaped([o.alternatives for o in outputs])
+    text = dumps(body)
+    if request.return_attention:  # the traces are JSON already: splice them in, not re-encode
+        traces = [o.trace_json or "null" for o in outputs]
+        attention = "[" + ",".join(traces) + "]" if request.is_list else traces[0]
+        text = text[:-1] + ',"attention":' + attention + "}"
+    return text.encode("utf-8")

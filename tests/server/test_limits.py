@@ -1,0 +1,36 @@
+"""ServerLimits: every limit a finite number, each a flag of `heedful serve`."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from heedful.server import ApiError, ServerLimits
+
+
+def test_limits_must_be_positive_and_finite():
+    with pytest.raises(ValueError, match="max_chars"):
+        ServerLimits(max_chars=0)
+    with pytest.raises(ValueError, match="request_timeout"):
+        ServerLimits(request_timeout=float("inf"))
+    assert ServerLimits(max_wait_ms=0).max_wait_ms == 0
+
+
+@pytest.mark.parametrize("value", [True, "3", None, float("nan")])
+def test_a_limit_is_a_number(value):
+    with pytest.raises(ValueError, match=r"ServerLimits\.max_items must be"):
+        ServerLimits(max_items=value)
+
+
+def test_every_limit_has_a_default_and_a_help_text():
+    for spec in fields(ServerLimits):
+        assert isinstance(spec.default, (int, float)) and spec.metadata["help"].endswith(".")
+
+
+def test_an_api_error_carries_its_status_message_and_headers():
+    error = ApiError(503, "busy", {"Retry-After": "1"})
+    assert (error.status, error.message, error.headers, str(error)) == (
+        503, "busy", {"Retry-After": "1"}, "busy"
+    )  # fmt: skip
+    assert ApiError(400, "bad").headers == {}
