@@ -17,8 +17,8 @@ class Deferred(click.Command):
     parsed or its --help shown, not when the CLI loads.
 
     Their choices and defaults live in the modules that own them (heedful.runtime's engines,
-    heedful.server's limits, ...), which import torch: a second and more that `heedful --help`
-    and every other command should not wait for.
+    export formats, demo models, ...), most of which import torch: a second and more that
+    `heedful --help` and every other command should not wait for.
     """
 
     def __init__(self, *args, later: Callable[[], list[click.Parameter]], **kwargs):
