@@ -78,7 +78,7 @@ class TranslationService:
                     f"{where} is {source_tokens} tokens long; this model reads at most "
                     f"{self.max_positions}",
                 )
-            search, output_limit = self._search(source_tokens, beams, n_best, request)
+            search, output_limit = self._plan_search(source_tokens, beams, n_best, request)
             searches.append(search)
             attention_bytes += estimated_json_bytes(
                 translator.config,
@@ -95,7 +95,7 @@ class TranslationService:
             )
         return searches, request.return_attention
 
-    def _search(
+    def _plan_search(
         self, source_tokens: int, beams: int, n_best: int, request: TranslateRequest
     ) -> tuple[Search, int]:
         """The search and its output limit: the model's (ratio · S + offset), capped by the
