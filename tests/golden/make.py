@@ -9,7 +9,6 @@ outputs with these files (text exactly, numbers within a rounding step).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,30 +20,33 @@ sys.path.insert(0, str(HERE.parent))  # tests/ for conftest's reverse task
 
 SENTENCE = "abcdefg"
 
+PAIR = {"source": "src", "target": "tgt"}
 # (name, method, path, JSON body or None, extra headers, raw body or None)
 REQUESTS = [
     ("health-before", "GET", "/health", None, {}, None),
     ("ready", "GET", "/ready", None, {}, None),
     ("languages", "GET", "/languages", None, {}, None),
-    ("translate-one", "POST", "/translate", {"q": "abcd", "source": "src", "target": "tgt"}, {}, None),
+    ("translate-one", "POST", "/translate", {"q": "abcd", **PAIR}, {}, None),
     ("translate-list", "POST", "/translate",
      {"q": ["abc", "hgfe"], "source": "auto", "target": "tgt", "alternatives": 2}, {}, None),
     ("translate-beams", "POST", "/translate",
-     {"q": "abcdef", "source": "src", "target": "tgt", "num_beams": 3, "max_new_tokens": 5}, {}, None),
+     {"q": "abcdef", **PAIR, "num_beams": 3, "max_new_tokens": 5}, {}, None),
     ("translate-attention", "POST", "/translate",
-     {"q": "abca", "source": "src", "target": "tgt", "return_attention": True, "alternatives": 1}, {}, None),
+     {"q": "abca", **PAIR, "return_attention": True, "alternatives": 1}, {}, None),
     ("translate-form", "POST", "/translate", None,
-     {"content-type": "application/x-www-form-urlencoded"}, b"q=bad&source=src&target=tgt&num_beams=2"),
-    ("translate-query", "POST", "/translate?q=cab&source=src&target=tgt&alternatives=1", None, {}, b""),
-    ("error-missing-q", "POST", "/translate", {"source": "src", "target": "tgt"}, {}, None),
+     {"content-type": "application/x-www-form-urlencoded"},
+     b"q=bad&source=src&target=tgt&num_beams=2"),
+    ("translate-query", "POST", "/translate?q=cab&source=src&target=tgt&alternatives=1",
+     None, {}, b""),
+    ("error-missing-q", "POST", "/translate", {**PAIR}, {}, None),
     ("error-pair", "POST", "/translate", {"q": "a", "source": "fr", "target": "tgt"}, {}, None),
-    ("error-type", "POST", "/translate", {"q": 5, "source": "src", "target": "tgt"}, {}, None),
-    ("error-blank", "POST", "/translate", {"q": ["a", " "], "source": "src", "target": "tgt"}, {}, None),
-    ("error-beams", "POST", "/translate", {"q": "a", "source": "src", "target": "tgt", "num_beams": 99}, {}, None),
-    ("error-beams-type", "POST", "/translate", {"q": "a", "source": "src", "target": "tgt", "num_beams": "x"}, {}, None),
+    ("error-type", "POST", "/translate", {"q": 5, **PAIR}, {}, None),
+    ("error-blank", "POST", "/translate", {"q": ["a", " "], **PAIR}, {}, None),
+    ("error-beams", "POST", "/translate", {"q": "a", **PAIR, "num_beams": 99}, {}, None),
+    ("error-beams-type", "POST", "/translate", {"q": "a", **PAIR, "num_beams": "x"}, {}, None),
     ("error-json", "POST", "/translate", None, {"content-type": "application/json"}, b'{"q": "a",'),
     ("error-media", "POST", "/translate", None, {"content-type": "text/plain"}, b"q=a"),
-    ("error-long", "POST", "/translate", {"q": "a" * 60, "source": "src", "target": "tgt"}, {}, None),
+    ("error-long", "POST", "/translate", {"q": "a" * 60, **PAIR}, {}, None),
     ("detect", "POST", "/detect", {"q": "abc"}, {}, None),
     ("not-found", "GET", "/nowhere", None, {}, None),
     ("page", "GET", "/", None, {}, None),
@@ -53,14 +55,11 @@ REQUESTS = [
 
 
 def train_models() -> None:
-    import torch.nn.functional as F
+    from conftest import LETTERS, train_reverse
 
-    from conftest import LETTERS, reverse_pairs
     from heedful.checkpoint import GenerationConfig, save_model_dir
     from heedful.config import ModelConfig
-    from heedful.data.batching import collate
-    from heedful.data.tokenizers import PAD_ID, CharTokenizer
-    from heedful.models.build import build_model
+    from heedful.data.tokenizers import CharTokenizer
 
     tokenizer = CharTokenizer.train([LETTERS])
     configs = {
@@ -70,22 +69,9 @@ def train_models() -> None:
         "rnn": ModelConfig(arch="rnn", d_model=16, hidden_size=32, dropout=0.0),
     }
     for name, config in configs.items():
-        torch.manual_seed(0)
-        model = build_model(config, len(tokenizer), len(tokenizer))
-        optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-        for step in range(400):
-            pairs = reverse_pairs(64, seed=step)
-            src, tgt_in, tgt_out = collate(
-                [tokenizer.encode(s) for s, _ in pairs], [tokenizer.encode(t) for _, t in pairs]
-            )
-            logits = model(src, tgt_in).logits
-            loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        model = train_reverse(config, tokenizer, steps=400)
         generation = GenerationConfig(num_beams=2, max_len_ratio=1.5, max_len_offset=4)
-        save_model_dir(HERE / "models" / name, model.eval(), config, tokenizer, tokenizer,
-                       generation)  # fmt: skip
+        save_model_dir(HERE / "models" / name, model, config, tokenizer, tokenizer, generation)
 
 
 def traces() -> dict[str, str]:
