@@ -269,3 +269,10 @@ def test_multi30k_joint_unigram_round_trip():
     assert sum(len(src_tok.encode(t)) for t in en) < 0.4 * sum(len(t) for t in en)
     held_out = head("test2016.de", 200)
     assert unknowns(src_tok, held_out) <= 0.01 * sum(len(src_tok.encode(t)) for t in held_out)
+
+
+def test_seen_tokens_label_what_the_model_saw():
+    from heedful.data.tokenizers import seen_tokens
+
+    assert seen_tokens(CharTokenizer("abc"), "a猫b") == ["a", "<unk> (猫)", "b"]
+    assert seen_tokens(CharTokenizer("abc"), "cab") == ["c", "a", "b"]

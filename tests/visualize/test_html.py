@@ -117,7 +117,9 @@ def synthetic_trace(
 
 
 def embedded_json(page: str) -> dict:
-    match = re.search(r'<script type="application/json" id="trace-data">(.*?)</script>', page, re.S)
+    match = re.search(
+        r'<script type="application/json" data-part="trace-data">(.*?)</script>', page, re.S
+    )
     assert match, "no embedded trace"
 
     def no_constants(name):
@@ -149,7 +151,7 @@ def test_page_is_one_offline_file():
     assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:[a-z]+:)?//""", page, re.I)
     assert not re.search(r"<script[^>]*\bsrc=", page, re.I)
     # the CSS and JS are inlined, not referenced
-    assert "#matrix-canvas" in page or 'id="matrix-canvas"' in page
+    assert 'data-part="matrix-canvas"' in page
     assert "window.heedfulViewer" in page
     assert "<style>" in page
 
@@ -158,7 +160,7 @@ def test_trace_is_embedded_compactly_and_parses_back():
     trace = synthetic_trace(num_hyps=2)
     page = render_html(trace)
     assert embedded_json(page) == trace
-    match = re.search(r'id="trace-data">(.*?)</script>', page, re.S)
+    match = re.search(r'data-part="trace-data">(.*?)</script>', page, re.S)
     assert "\n" not in match.group(1) and ", " not in match.group(1)  # no indentation
 
 
@@ -178,7 +180,7 @@ def test_assets_cannot_end_their_own_elements():
     page = render_html(synthetic_trace())
     viewer_js = page.split("<script>\n", 1)[1]
     assert "</script" not in viewer_js.rsplit("</script>", 1)[0].lower()
-    assert page.lower().count("</style") == 1
+    assert page.lower().count("</style") == 2  # the page's body rule and the viewer's CSS
 
 
 def test_size_of_a_20_token_sentence_with_3_plus_3_layers_4_heads_is_under_2_mb():
@@ -257,6 +259,11 @@ def chromium(tmp_path_factory):
     driver.quit()
 
 
+def part(name: str) -> tuple[str, str]:
+    """A locator of a viewer's part: its elements are named by data-part, not by id."""
+    return "css selector", f'[data-part="{name}"]'
+
+
 def open_page(chromium, tmp_path, trace, name="trace"):
     """Write the page for `trace`, load it from file:// and wait until the viewer has drawn."""
     if isinstance(chromium, str):
@@ -278,8 +285,8 @@ def assert_no_console_errors(driver):
 
 
 def click_tab(driver, name):
-    driver.find_element("id", f"tab-{name}").click()
-    assert driver.find_element("id", f"panel-{name}").is_displayed()
+    driver.find_element(*part(f"tab-{name}")).click()
+    assert driver.find_element(*part(f"panel-{name}")).is_displayed()
 
 
 def screenshot(driver, name, full_page=True):
@@ -305,7 +312,7 @@ def canvas_colours(driver, canvas_id):
     """The number of distinct colours among sampled pixels of a canvas, and its size."""
     return driver.execute_script(
         """
-        const canvas = document.getElementById(arguments[0]);
+        const canvas = document.querySelector('[data-part="' + arguments[0] + '"]');
         const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
         const colours = new Set();
         for (let i = 0; i < data.length; i += 4 * 7) {
@@ -323,25 +330,25 @@ def test_alignment_matrix_draws_and_shows_weights_on_hover(chromium, tmp_path):
 
     trace = synthetic_trace(src_len=9, tgt_len=8, num_hyps=3)
     driver = open_page(chromium, tmp_path, trace)
-    assert driver.find_element("id", "panel-matrix").is_displayed()
+    assert driver.find_element(*part("panel-matrix")).is_displayed()
     colours, width, height = canvas_colours(driver, "matrix-canvas")
     assert width > 200 and height > 200 and colours >= 10, (colours, width, height)
     screenshot(driver, "transformer-matrix")
 
     # head 2 of the last layer: the tooltip of cell (output 3, source 5) names both and the weight
-    Select(driver.find_element("id", "matrix-head")).select_by_value("1")
+    Select(driver.find_element(*part("matrix-head"))).select_by_value("1")
     grid = driver.execute_script(
-        "const c = document.getElementById('matrix-canvas'), g = c._grid;"
+        "const c = document.querySelector('[data-part=matrix-canvas]'), g = c._grid;"
         "return [g.left, g.top, g.cell, c.clientWidth, c.clientHeight];"
     )
     left, top, cell, w, h = grid
     t, s = 2, 4
-    canvas = driver.find_element("id", "matrix-canvas")
+    canvas = driver.find_element(*part("matrix-canvas"))
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
     x = left + s * cell + cell / 2 - w / 2
     y = top + t * cell + cell / 2 - h / 2
     ActionChains(driver).move_to_element_with_offset(canvas, int(x), int(y)).perform()
-    tip = driver.find_element("id", "tooltip")
+    tip = driver.find_element(*part("tooltip"))
     assert tip.is_displayed()
     weight = trace["hypotheses"][0]["cross_attention"][t][1][1][s]
     assert trace["source_tokens"][s] in tip.text and trace["hypotheses"][0]["tokens"][t] in tip.text
@@ -353,31 +360,31 @@ def test_alignment_matrix_draws_and_shows_weights_on_hover(chromium, tmp_path):
 def test_head_view_toggles_heads(chromium, tmp_path):
     driver = open_page(chromium, tmp_path, synthetic_trace(src_len=9, tgt_len=8, heads=4))
     click_tab(driver, "heads")
-    view = driver.find_element("id", "head-view")
+    view = driver.find_element(*part("head-view"))
     toggles = driver.find_elements("css selector", ".head-toggle")
     assert len(toggles) == 4 and all(t.is_selected() for t in toggles)
     lines_before = int(view.get_attribute("data-line-count"))
-    paths_before = len(driver.find_elements("css selector", "#head-view path.attn-line"))
+    paths_before = len(driver.find_elements("css selector", "[data-part=head-view] path.attn-line"))
     assert lines_before > 0 and paths_before > 0
     screenshot(driver, "transformer-heads")
 
     from selenium.webdriver.common.action_chains import ActionChains
 
     # hovering an output token keeps only its lines: at most one per head and source token
-    token = driver.find_element("css selector", '#head-view text[data-side="right"]')
+    token = driver.find_element("css selector", '[data-part=head-view] text[data-side="right"]')
     ActionChains(driver).move_to_element(token).perform()
     assert 0 < int(view.get_attribute("data-line-count")) <= 4 * 9
-    ActionChains(driver).move_to_element(driver.find_element("id", "hv-all")).perform()
+    ActionChains(driver).move_to_element(driver.find_element(*part("hv-all"))).perform()
     assert int(view.get_attribute("data-line-count")) == lines_before
 
     toggles[0].click()
     lines_after = int(view.get_attribute("data-line-count"))
-    paths_after = len(driver.find_elements("css selector", "#head-view path.attn-line"))
+    paths_after = len(driver.find_elements("css selector", "[data-part=head-view] path.attn-line"))
     assert lines_after < lines_before and paths_after < paths_before
-    assert not driver.find_elements("css selector", '#head-view g[data-head="0"]')
-    driver.find_element("id", "hv-none").click()
+    assert not driver.find_elements("css selector", '[data-part=head-view] g[data-head="0"]')
+    driver.find_element(*part("hv-none")).click()
     assert int(view.get_attribute("data-line-count")) == 0
-    driver.find_element("id", "hv-all").click()
+    driver.find_element(*part("hv-all")).click()
     assert int(view.get_attribute("data-line-count")) == lines_before
     assert_no_console_errors(driver)
 
@@ -388,7 +395,7 @@ def test_self_attention_views(chromium, tmp_path):
         click_tab(driver, name)
         colours, _, _ = canvas_colours(driver, f"{name}-canvas")
         assert colours >= 10, name
-        assert not driver.find_element("id", f"{name}-note").is_displayed()
+        assert not driver.find_element(*part(f"{name}-note")).is_displayed()
         screenshot(driver, f"transformer-{name}")
     assert_no_console_errors(driver)
 
@@ -400,41 +407,46 @@ def test_replay_slider_and_play_button(chromium, tmp_path):
     trace = synthetic_trace(src_len=9, tgt_len=8)
     driver = open_page(chromium, tmp_path, trace)
     click_tab(driver, "replay")
-    current = driver.find_element("id", "current-step")
+    current = driver.find_element(*part("current-step"))
     assert current.text.startswith("Step 1 of 8")
-    driver.find_element("id", "step-slider").send_keys(Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)
+    driver.find_element(*part("step-slider")).send_keys(Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)
     assert current.text.startswith("Step 3 of 8")
     tokens = trace["hypotheses"][0]["tokens"]
-    assert driver.find_element("css selector", "#replay-output .tok.current").text == tokens[2]
-    assert len(driver.find_elements("css selector", "#replay-source .source-bar")) == 9
-    assert len(driver.find_elements("css selector", "#replay-topk .tok")) == 4
-    assert driver.find_element("css selector", "#replay-topk .tok.chosen").text == tokens[2]
-    assert not driver.find_element("id", "rnn-panel").is_displayed()
+    assert (
+        driver.find_element("css selector", "[data-part=replay-output] .tok.current").text
+        == tokens[2]
+    )
+    assert len(driver.find_elements("css selector", "[data-part=replay-source] .source-bar")) == 9
+    assert len(driver.find_elements("css selector", "[data-part=replay-topk] .tok")) == 4
+    assert (
+        driver.find_element("css selector", "[data-part=replay-topk] .tok.chosen").text == tokens[2]
+    )
+    assert not driver.find_element(*part("rnn-panel")).is_displayed()
     screenshot(driver, "transformer-replay")
 
-    driver.find_element("id", "play-button").click()
+    driver.find_element(*part("play-button")).click()
     WebDriverWait(driver, 10).until(lambda d: current.text.startswith("Step 4 of 8"))
-    driver.find_element("id", "play-button").click()  # pause
-    assert driver.find_element("id", "play-button").get_attribute("aria-pressed") == "false"
+    driver.find_element(*part("play-button")).click()  # pause
+    assert driver.find_element(*part("play-button")).get_attribute("aria-pressed") == "false"
     assert_no_console_errors(driver)
 
 
 def test_selecting_a_beam_hypothesis_switches_every_view(chromium, tmp_path):
     trace = synthetic_trace(src_len=9, tgt_len=8, num_hyps=4)
     driver = open_page(chromium, tmp_path, trace)
-    items = driver.find_elements("css selector", "#beam-list .hypothesis")
+    items = driver.find_elements("css selector", "[data-part=beam-list] .hypothesis")
     assert len(items) == 4
     assert trace["hypotheses"][2]["text"] in items[2].text
-    pixels = "return document.getElementById('matrix-canvas').toDataURL()"
+    pixels = "return document.querySelector('[data-part=matrix-canvas]').toDataURL()"
     before = driver.execute_script(pixels)
     items[2].click()
-    assert driver.find_element("id", "output-text").text == trace["hypotheses"][2]["text"]
-    items = driver.find_elements("css selector", "#beam-list .hypothesis")  # redrawn
+    assert driver.find_element(*part("output-text")).text == trace["hypotheses"][2]["text"]
+    items = driver.find_elements("css selector", "[data-part=beam-list] .hypothesis")  # redrawn
     assert [i.get_attribute("aria-pressed") for i in items] == ["false", "false", "true", "false"]
     assert driver.execute_script(pixels) != before
     screenshot(driver, "transformer-beams")
     click_tab(driver, "replay")
-    shown = [e.text for e in driver.find_elements("css selector", "#replay-output .tok")]
+    shown = [e.text for e in driver.find_elements("css selector", "[data-part=replay-output] .tok")]
     assert shown == trace["hypotheses"][2]["tokens"]
     assert_no_console_errors(driver)
 
@@ -447,17 +459,17 @@ def test_rnn_trace_shows_states_scores_and_no_self_attention(chromium, tmp_path)
     screenshot(driver, "rnn-matrix")
     click_tab(driver, "replay")
     for strip in ("h-strip", "c-strip"):
-        assert driver.find_element("id", strip).is_displayed()
+        assert driver.find_element(*part(strip)).is_displayed()
         colours, width, _ = canvas_colours(driver, strip)
         assert width >= 32 and colours >= 8, (strip, colours, width)
-    rows = driver.find_elements("css selector", "#rnn-scores tr")
+    rows = driver.find_elements("css selector", "[data-part=rnn-scores] tr")
     assert len(rows) == 1 + 9  # header + one per source token
     screenshot(driver, "rnn-replay")
     for name in ("enc", "dec"):
         click_tab(driver, name)
-        note = driver.find_element("id", f"{name}-note")
+        note = driver.find_element(*part(f"{name}-note"))
         assert note.is_displayed() and "RNN" in note.text
-        assert not driver.find_element("id", f"{name}-canvas").is_displayed()
+        assert not driver.find_element(*part(f"{name}-canvas")).is_displayed()
     screenshot(driver, "rnn-dec")
     assert_no_console_errors(driver)
 
@@ -465,12 +477,12 @@ def test_rnn_trace_shows_states_scores_and_no_self_attention(chromium, tmp_path)
 def test_rnn_without_attention_still_replays(chromium, tmp_path):
     trace = synthetic_trace(arch="rnn", attention="none", src_len=6, tgt_len=5)
     driver = open_page(chromium, tmp_path, trace, "rnn-none")
-    assert driver.find_element("id", "panel-replay").is_displayed()  # nothing else to show
-    assert driver.find_element("id", "h-strip").is_displayed()
-    assert driver.find_element("id", "c-strip-note").is_displayed()
-    assert driver.find_element("id", "replay-attention-note").is_displayed()
+    assert driver.find_element(*part("panel-replay")).is_displayed()  # nothing else to show
+    assert driver.find_element(*part("h-strip")).is_displayed()
+    assert driver.find_element(*part("c-strip-note")).is_displayed()
+    assert driver.find_element(*part("replay-attention-note")).is_displayed()
     click_tab(driver, "matrix")
-    assert driver.find_element("id", "matrix-note").is_displayed()
+    assert driver.find_element(*part("matrix-note")).is_displayed()
     assert_no_console_errors(driver)
 
 
@@ -483,7 +495,7 @@ def test_hostile_tokens_are_shown_as_text(chromium, tmp_path):
         "▁ok"
     ]
     click_tab(driver, "replay")
-    chips = driver.find_elements("css selector", "#replay-source .tok")
+    chips = driver.find_elements("css selector", "[data-part=replay-source] .tok")
     assert [c.text for c in chips] == [e.replace(" ", "␣") for e in evil] + ["▁ok"]
     assert driver.execute_script("return window.pwned === undefined")
     assert_no_console_errors(driver)
@@ -501,7 +513,7 @@ def test_100_by_100_tokens_6_layers_8_heads_stays_responsive(chromium, tmp_path)
             ms[name] = performance.now() - t0;
         };
         const change = (id, value) => {
-            const e = document.getElementById(id);
+            const e = document.querySelector('[data-part="' + id + '"]');
             e.value = value;
             e.dispatchEvent(new Event("change"));
         };
@@ -509,14 +521,14 @@ def test_100_by_100_tokens_6_layers_8_heads_stays_responsive(chromium, tmp_path)
         time("matrix: one head", () => change("matrix-head", "5"));
         time("head view: 8 heads", () => viewer.showTab("heads"));
         viewer.showTab("replay");
-        const slider = document.getElementById("step-slider");
+        const slider = document.querySelector("[data-part=step-slider]");
         time("replay: slider move", () => {
             slider.value = "57";
             slider.dispatchEvent(new Event("input"));
         });
         time("replay: another layer, head average", () => change("replay-layer", "0"));
         time("encoder self-attention", () => viewer.showTab("enc"));
-        ms.step = document.getElementById("current-step").textContent;
+        ms.step = document.querySelector("[data-part=current-step]").textContent;
         return ms;
         """
     )

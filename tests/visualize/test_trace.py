@@ -15,7 +15,7 @@ from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenize
 from heedful.decoding import beam_search, greedy_search
 from heedful.models.build import build_model
 from heedful.translator import Translator
-from heedful.visualize.trace import Trace, build_trace
+from heedful.visualize.trace import Trace, build_trace, estimated_json_bytes
 
 TOKENIZER = CharTokenizer("abcdefghij -")
 SENTENCE = "abc defg"
@@ -214,6 +214,7 @@ def test_json_round_trip(tmp_path):
         "search",
         "encoder_self_attention",
         "hypotheses",
+        "internals",
     ]
     assert Trace.load(path) == trace
     assert Trace.from_dict(trace.to_dict()) == trace
@@ -248,6 +249,73 @@ def test_schema_mismatch_is_a_clear_error(tmp_path):
         Trace.load(old)
 
 
+def test_traces_without_internals_still_load():
+    """Traces written before "internals" (an optional key) load, with internals None."""
+    good = build_trace(translator("transformer"), SENTENCE).to_dict()
+    old = {k: v for k, v in good.items() if k != "internals"}
+    old["hypotheses"] = [
+        {k: v for k, v in h.items() if k != "internals"} for h in good["hypotheses"]
+    ]
+    trace = Trace.from_dict(old)
+    assert trace.internals is None and trace.hypotheses[0].internals is None
+    assert trace.hypotheses[0].top_k == good["hypotheses"][0]["top_k"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_internals_are_the_models_numbers_and_bounded(name):
+    """Q·K/√d_k (Transformer) or the RNN's score parts give the trace's own weights back;
+    over the limit, or when refused, a trace holds none; the server's estimate still bounds it."""
+    from heedful.visualize import internals as internals_module
+
+    tr = translator(name)
+    trace = build_trace(tr, SENTENCE, num_beams=2, n_best=2)
+    hyp = trace.hypotheses[0]
+    if name == "transformer":
+        q = np.array(hyp.internals["cross"]["q"])  # (L, H, T, d_k)
+        k = np.array(trace.internals["cross"]["k"])  # (L, H, S, d_k)
+        scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)  # (L, H, T, S)
+        np.testing.assert_allclose(weights.transpose(2, 0, 1, 3), hyp.cross_attention, atol=2e-4)
+    else:
+        states = np.array(trace.internals["encoder_states"])
+        assert states.shape == (len(SENTENCE), 16) and len(hyp.internals["attentional"]) == len(
+            hyp.tokens
+        )
+        if hyp.cross_attention is not None:
+            contexts = np.array(hyp.cross_attention)[:, 0, 0] @ states
+            np.testing.assert_allclose(contexts, hyp.rnn["contexts"], atol=2e-4)
+    size = len(json.dumps(trace.to_dict(), separators=(",", ":")))
+    longest = max(len(h.tokens) for h in trace.hypotheses)
+    assert size <= estimated_json_bytes(tr.config, len(SENTENCE), longest, 2)
+    assert build_trace(tr, SENTENCE, internals=False).internals is None
+    limit = internals_module.INTERNALS_MAX_NUMBERS
+    try:
+        internals_module.INTERNALS_MAX_NUMBERS = 10
+        import heedful.visualize.trace as trace_module
+
+        trace_module.INTERNALS_MAX_NUMBERS = 10
+        assert build_trace(tr, SENTENCE).internals is None
+        assert build_trace(tr, SENTENCE, internals=True).internals is not None
+    finally:
+        internals_module.INTERNALS_MAX_NUMBERS = limit
+        trace_module.INTERNALS_MAX_NUMBERS = limit
+
+
+def test_top_k_lists_only_what_the_search_can_choose():
+    """<s> and <pad> are never candidates (no training target is either) unless the search
+    chose one; <unk> stays, as the search can pick it."""
+    tr = translator("transformer")
+    with torch.no_grad():  # make <s>, <pad> and <unk> the most probable tokens everywhere
+        tr.model.generator.bias[[PAD_ID, BOS_ID, UNK_ID]] += 30.0
+    trace = build_trace(tr, SENTENCE, top_k=4)
+    hyp = trace.hypotheses[0]
+    for step, chosen in zip(hyp.top_k, hyp.tokens):
+        names = [c["token"] for c in step]
+        assert len(names) == 4 and "<unk>" in names
+        assert not {"<s>", "<pad>"} & set(names) - {chosen}
+
+
 def test_empty_sentence_is_an_error():
     for sentence in ("", "   "):
         with pytest.raises(ValueError, match="empty sentence"):
@@ -257,7 +325,7 @@ def test_empty_sentence_is_an_error():
 def test_repr_html_uses_the_viewer(monkeypatch):
     trace = build_trace(translator("rnn-bahdanau"), SENTENCE)
     fake = types.ModuleType("heedful.visualize.html")
-    fake.render_html = lambda t: f"<p>{t.source}</p>"
+    fake.render_fragment = lambda t: f"<p>{t.source}</p>"
     monkeypatch.setitem(sys.modules, "heedful.visualize.html", fake)
     assert trace._repr_html_() == f"<p>{SENTENCE}</p>"
 

@@ -329,3 +329,13 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         return SentencePieceTokenizer(data)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
+
+
+def seen_tokens(tokenizer, text: str) -> list[str]:
+    """The labels of `text`'s tokens as the model saw them: a piece outside the vocabulary is
+    `<unk>`, with the piece it replaced in parentheses, `<unk> (猫)`."""
+    ids, pieces = tokenizer.encode(text), tokenizer.tokens(text)
+    if len(ids) != len(pieces):  # the labels must name the positions the model read
+        raise ValueError(f"tokenizer gives {len(ids)} ids but {len(pieces)} tokens")
+    seen = [tokenizer.id_to_token(i) for i in ids]
+    return [f"{s} ({p})" if s == UNK and p != UNK else s for s, p in zip(seen, pieces)]

@@ -1,8 +1,12 @@
 """The interactive attention viewer: one self-contained, offline HTML file per trace.
 
-The page embeds the trace (docs/trace-schema.md) as compact JSON plus the viewer's own CSS and
-JavaScript (assets/viewer.css and the SCRIPTS in assets/); it loads nothing from the network, so
-it can be mailed, archived or opened from a laptop without a connection.
+The page embeds the trace (docs/trace-schema.md) as compact JSON plus the viewer's own markup,
+CSS and JavaScript (assets/viewer.html, viewer.css and the SCRIPTS); it loads nothing from the
+network, so it can be mailed, archived or opened from a laptop without a connection.
+
+A viewer is one root element (.heedful-viewer) with no ids of its own: its parts are named by
+data-part, its CSS is scoped under the root's class and its script finds its own root, so
+several viewers share a page (a notebook) without touching each other or the page.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from heedful import safejson
+from heedful.visualize.trace import check_index, check_kind
 
 
 @functools.cache
@@ -30,13 +35,15 @@ SCRIPTS = (
     "heads.js",
     "rnn.js",
     "replay.js",
+    "calc.js",
+    "calc_rnn.js",
     "viewer.js",
 )
 
 
 def _viewer_js() -> str:
     """The scripts in one function scope: they share its constants and helpers, and leave
-    nothing in the page's globals but window.heedfulViewer."""
+    nothing in the page's globals but window.heedfulViewer(s)."""
     body = "\n".join(_asset(name) for name in SCRIPTS)
     return f'(function () {{\n"use strict";\n\n{body}}})();'
 
@@ -55,27 +62,54 @@ def _as_dict(trace: Any) -> dict:
 
 
 def _heatmap_panel(name: str, title: str, explain: str) -> str:
-    """The markup of one heatmap view; heatmap.js finds its parts by the `name-` prefixed ids."""
+    """The markup of one heatmap view; heatmap.js finds its parts by the `name-` prefix."""
     return f"""
-<section id="panel-{name}" class="panel" role="tabpanel" aria-labelledby="tab-{name}" hidden>
+<section data-part="panel-{name}" class="panel" role="tabpanel" aria-labelledby="tab-{name}"
+  hidden>
   <h2>{title}</h2>
   <p class="explain">{explain}</p>
-  <p class="note" id="{name}-note" hidden></p>
-  <div id="{name}-body">
+  <p class="note" data-part="{name}-note" hidden></p>
+  <div data-part="{name}-body">
     <div class="controls">
-      <label>Layer <select id="{name}-layer"></select></label>
-      <label>Head <select id="{name}-head"></select></label>
-      <label class="check"><input type="checkbox" id="{name}-stretch">
+      <label>Layer <select data-part="{name}-layer"></select></label>
+      <label>Head <select data-part="{name}-head"></select></label>
+      <label class="check"><input type="checkbox" data-part="{name}-stretch">
         stretch colours to the largest weight</label>
     </div>
-    <div class="legend"><canvas id="{name}-legend" width="280" height="36"
+    <div class="legend"><canvas data-part="{name}-legend" width="280" height="36"
       aria-label="colour scale"></canvas></div>
-    <div class="figure"><canvas id="{name}-canvas" role="img"
-      aria-label="{title}: hover a cell for its weight"></canvas></div>
+    <div class="figure"><canvas data-part="{name}-canvas" role="img"
+      aria-label="{title}: hover a cell for its weight, click it for its calculation"></canvas>
+    </div>
   </div>
 </section>"""
 
 
+HEATMAPS = {
+    "MATRIX": (
+        "matrix",
+        "Alignment matrix",
+        "Rows are output tokens, columns source tokens: how much each output token, when it "
+        "was produced, attended to each source token. Click a cell to see its calculation.",
+    ),
+    "ENC": (
+        "enc",
+        "Encoder self-attention",
+        "Rows are source tokens (queries), columns the source tokens they attend to.",
+    ),
+    "DEC": (
+        "dec",
+        "Decoder self-attention",
+        "Rows are output tokens (queries), columns the earlier output tokens they attend "
+        "to; the mask hides the future (above the diagonal).",
+    ),
+}
+_TRACE_TAG = '<script type="application/json" data-part="trace-data">'
+_FRAGMENT = (
+    '<div class="heedful-viewer"@@OPEN@@>\n<style>\n@@CSS@@</style>\n@@BODY@@'
+    + _TRACE_TAG
+    + "@@DATA@@</script>\n<script>\n@@JS@@\n</script>\n</div>"
+)
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -83,152 +117,98 @@ _PAGE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="heedful">
 <title>@@TITLE@@</title>
-<style>
-@@CSS@@
-</style>
+<style>body { margin: 0; background: #f4f6fa; }</style>
 </head>
 <body>
-<header class="page-header">
-  <p class="brand">heedful · attention viewer</p>
-  <h1><span class="sentence-label">source</span> <span id="source-text">@@SOURCE@@</span></h1>
-  <p class="output-line"><span class="sentence-label">output</span>
-    <span id="output-text">@@OUTPUT@@</span></p>
-  <p id="model-info" class="meta"></p>
-</header>
-<section id="beams" class="beams" aria-labelledby="beams-title" hidden>
-  <h2 id="beams-title">Beam search hypotheses</h2>
-  <p class="explain">Best first, with the sum of log-probabilities. Select one to show its own
-    attention in every view.</p>
-  <ol id="beam-list"></ol>
-</section>
-<nav class="tabs" role="tablist" aria-label="Views">
-  <button type="button" role="tab" id="tab-matrix" data-tab="matrix"
-    aria-controls="panel-matrix">Alignment matrix</button>
-  <button type="button" role="tab" id="tab-heads" data-tab="heads"
-    aria-controls="panel-heads">Head view</button>
-  <button type="button" role="tab" id="tab-enc" data-tab="enc"
-    aria-controls="panel-enc">Encoder self-attention</button>
-  <button type="button" role="tab" id="tab-dec" data-tab="dec"
-    aria-controls="panel-dec">Decoder self-attention</button>
-  <button type="button" role="tab" id="tab-replay" data-tab="replay"
-    aria-controls="panel-replay">Decoding replay</button>
-</nav>
-<main>
-@@MATRIX@@
-<section id="panel-heads" class="panel" role="tabpanel" aria-labelledby="tab-heads" hidden>
-  <h2>Head view</h2>
-  <p class="explain">Each line joins a token to a token it attends to; its opacity is the weight
-    (weights under 0.02 are not drawn), its colour the head. Hover a token to see only its
-    lines.</p>
-  <p class="note" id="heads-note" hidden></p>
-  <div id="heads-body">
-    <div class="controls">
-      <label>Attention <select id="hv-kind"></select></label>
-      <label>Layer <select id="hv-layer"></select></label>
-      <span class="head-buttons"><button type="button" id="hv-all">all heads</button>
-        <button type="button" id="hv-none">no heads</button></span>
-    </div>
-    <div id="head-toggles" class="head-toggles" role="group" aria-label="Heads shown"></div>
-    <div class="figure"><svg id="head-view" role="img" aria-label="Head view"></svg></div>
-  </div>
-</section>
-@@ENC@@
-@@DEC@@
-<section id="panel-replay" class="panel" role="tabpanel" aria-labelledby="tab-replay" hidden>
-  <h2>Step-by-step decoding replay</h2>
-  <p class="explain">At each step the decoder looks at the source (attention weights) and picks
-    the next token from its candidates.</p>
-  <div class="controls">
-    <button type="button" id="play-button" aria-pressed="false">▶ Play</button>
-    <input type="range" id="step-slider" min="0" max="0" value="0" step="1"
-      aria-label="Decoding step">
-    <span id="current-step" class="current-step" aria-live="polite"></span>
-    <label id="replay-layer-label">Layer <select id="replay-layer"></select></label>
-    <label id="replay-head-label">Head <select id="replay-head"></select></label>
-  </div>
-  <h3>Output so far</h3>
-  <div id="replay-output" class="tokens"></div>
-  <h3>Attention over the source for this token</h3>
-  <p class="note" id="replay-attention-note" hidden></p>
-  <div id="replay-source" class="source-bars"></div>
-  <h3>Top candidates</h3>
-  <p class="note" id="replay-topk-note" hidden></p>
-  <div id="replay-topk" class="topk"></div>
-  <div id="rnn-panel" hidden>
-    <h3>Decoder state h<sub>t</sub> and context c<sub>t</sub></h3>
-    <div class="strip-row"><span class="strip-label">h<sub>t</sub></span>
-      <canvas id="h-strip" role="img" aria-label="decoder state h_t"></canvas></div>
-    <div class="strip-row"><span class="strip-label">c<sub>t</sub></span>
-      <canvas id="c-strip" role="img" aria-label="context c_t"></canvas>
-      <span class="note" id="c-strip-note" hidden></span></div>
-    <div class="legend"><canvas id="strip-legend" width="420" height="36"
-      aria-label="colour scale of h_t and c_t"></canvas></div>
-    <h3>Attention scores before and after the softmax</h3>
-    <p class="note" id="rnn-scores-note" hidden></p>
-    <table id="rnn-scores" class="scores"></table>
-  </div>
-</section>
-</main>
-<div id="tooltip" class="tooltip" role="tooltip" hidden></div>
-<noscript><p class="note">This viewer needs JavaScript to draw the attention.</p></noscript>
-<script type="application/json" id="trace-data">@@DATA@@</script>
-<script>
-@@JS@@
-</script>
+@@FRAGMENT@@
 </body>
 </html>
 """
 
 
-def render_html(trace: Any) -> str:
+def _fill(template: str, parts: dict) -> str:
+    """One pass, so that a marker inside the trace or an asset is never itself replaced."""
+    return re.sub(r"@@([A-Z]+)@@", lambda match: parts[match.group(1)], template)
+
+
+def render_fragment(trace: Any, open_cell: dict | None = None) -> str:
+    """The viewer as one element to put into any page (Jupyter's `_repr_html_`): its markup,
+    its CSS scoped to it and its script, which draws into this element only.
+
+    open_cell: {"kind", "layer", "head", "position"} (0-based, kind of ATTENTION_KINDS) to open
+    with that cell's calculation shown (render_step); None opens the first view.
+    """
+    data = _as_dict(trace)
+    hypotheses = data.get("hypotheses") or []
+    output = str(hypotheses[0].get("text", "")) if hypotheses else ""
+    body = _fill(
+        _asset("viewer.html"),
+        {
+            "SOURCE": escape(str(data.get("source", ""))),
+            "OUTPUT": escape(output),
+            **{marker: _heatmap_panel(*panel) for marker, panel in HEATMAPS.items()},
+        },
+    )
+    open_attr = "" if open_cell is None else f" data-open='{escape(safejson.dumps(open_cell))}'"
+    parts = {
+        "OPEN": open_attr,
+        "CSS": _asset("viewer.css"),
+        "BODY": body,
+        "DATA": safejson.for_script(data),
+        "JS": _viewer_js(),
+    }
+    return _fill(_FRAGMENT, parts)
+
+
+def render_html(trace: Any, open_cell: dict | None = None) -> str:
     """Render an attention trace as one self-contained, offline HTML page.
 
     Args:
         trace: a dict in the format of docs/trace-schema.md, or any object with a `to_dict()`
             method that returns one (such as `heedful.visualize.trace.Trace`).
+        open_cell: see render_fragment; None opens the first view.
 
     Returns:
         The page as a string: write it to a `.html` file and open it in any browser. It has
         the alignment matrix, the head view, encoder and decoder self-attention, a step-by-step
-        decoding replay and, for beam search, the list of hypotheses.
+        decoding replay, the calculation of any cell clicked and, for beam search, the list of
+        hypotheses.
     """
     data = _as_dict(trace)
     hypotheses = data.get("hypotheses") or []
     source = str(data.get("source", ""))
     output = str(hypotheses[0].get("text", "")) if hypotheses else ""
-    parts = {
-        "TITLE": escape(f"{source} → {output}" if output else source or "attention trace"),
-        "SOURCE": escape(source),
-        "OUTPUT": escape(output),
-        "CSS": _asset("viewer.css"),
-        "MATRIX": _heatmap_panel(
-            "matrix",
-            "Alignment matrix",
-            "Rows are output tokens, columns source tokens: how much each output token, when it "
-            "was produced, attended to each source token.",
-        ),
-        "ENC": _heatmap_panel(
-            "enc",
-            "Encoder self-attention",
-            "Rows are source tokens (queries), columns the source tokens they attend to.",
-        ),
-        "DEC": _heatmap_panel(
-            "dec",
-            "Decoder self-attention",
-            "Rows are output tokens (queries), columns the earlier output tokens they attend "
-            "to; the mask hides the future (above the diagonal).",
-        ),
-        "DATA": safejson.for_script(data),
-        "JS": _viewer_js(),
+    title = escape(f"{source} → {output}" if output else source or "attention trace")
+    fragment = render_fragment(data, open_cell)
+    return _fill(_PAGE, {"TITLE": title, "FRAGMENT": fragment})
+
+
+def render_step(trace: Any, kind: str, layer: int, head: int, position: int) -> str:
+    """A viewer page that opens on the calculation of one attention row: `kind` one of
+    ATTENTION_KINDS ("cross", "encoder", "decoder"); layer, head and position (the query:
+    output step, or source token for "encoder") numbered from 1, as `heedful explain` takes
+    them. Raises ValueError, naming the model's sizes, for one out of range."""
+    data = _as_dict(trace)
+    model = data.get("model") or {}
+    check_kind(kind)
+    layers = model.get("encoder_layers" if kind == "encoder" else "decoder_layers", 1)
+    where = "encoder" if kind == "encoder" else "decoder"
+    first = (data.get("hypotheses") or [{}])[0]
+    count = (
+        len(data.get("source_tokens", [])) if kind == "encoder" else len(first.get("tokens", []))
+    )
+    cell = {
+        "kind": kind,
+        "layer": check_index("layer", layer, layers, f"{where} layer"),
+        "head": check_index("head", head, model.get("heads", 1), "head"),
+        "position": check_index("position", position, count, "token", "the trace"),
     }
-    # One pass, so that a marker inside the trace or an asset is never itself replaced.
-    return re.sub(r"@@([A-Z]+)@@", lambda match: parts[match.group(1)], _PAGE)
+    return render_html(data, cell)
 
 
 # ---- the viewer page with slots, for pages that show a trace later (server) ----
 
 _SOURCE_SLOT, _OUTPUT_SLOT = "heedful-slot-source-7f3a", "heedful-slot-output-7f3a"
-_TRACE_TAG = '<script type="application/json" id="trace-data">'
 
 
 def viewer_template() -> list:

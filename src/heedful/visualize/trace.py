@@ -10,12 +10,19 @@ L layers, H heads, N RNN hidden size, K top-k candidates.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heedful.config import ModelConfig
-from heedful.data.tokenizers import EOS
+from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
+from heedful.visualize.internals import (
+    INTERNALS_MAX_NUMBERS,
+    internals_size,
+    recording,
+    rnn_internals,
+    transformer_internals,
+)
 
 if TYPE_CHECKING:
     import torch  # building a trace needs it, reading one does not: imported where it builds
@@ -38,6 +45,8 @@ class TraceHypothesis:
     decoder_self_attention: list | None  # [L_dec][H][T][T], None for an RNN
     top_k: list[list[dict]]  # [T][K] of {"token": str, "prob": float}
     rnn: dict | None  # {"decoder_states": [T][N], "contexts", "scores"}; None for a Transformer
+    # this output's part of the internals (docs/trace-schema.md); None when not recorded
+    internals: dict | None = None
 
 
 @dataclass
@@ -53,6 +62,9 @@ class Trace:
     search: dict  # num_beams, length_penalty
     encoder_self_attention: list | None  # [L_enc][H][S][S], None for an RNN
     hypotheses: list[TraceHypothesis]
+    # what the calculation panels need besides the weights, shared by the hypotheses
+    # (docs/trace-schema.md, "internals"); None when not recorded (too big, or an older trace)
+    internals: dict | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -66,6 +78,7 @@ class Trace:
             "hypotheses": [
                 {f.name: getattr(h, f.name) for f in fields(h)} for h in self.hypotheses
             ],
+            "internals": self.internals,
         }
 
     @classmethod
@@ -79,15 +92,16 @@ class Trace:
                 f"unsupported trace version {data.get('version')!r}: this heedful reads "
                 f"version {cls.VERSION} (docs/trace-schema.md)"
             )
-        top = {f.name for f in fields(cls)}
-        _check_keys(data, top | {"format", "version"}, "trace")
+        top, optional = _field_names(cls)
+        _check_keys(data, top | {"format", "version"}, optional, "trace")
         if not isinstance(data["hypotheses"], list) or not data["hypotheses"]:
             raise ValueError("trace has no hypotheses")
         hypotheses = []
         for i, h in enumerate(data["hypotheses"]):
-            _check_keys(h, {f.name for f in fields(TraceHypothesis)}, f"hypotheses[{i}]")
+            _check_keys(h, *_field_names(TraceHypothesis), where=f"hypotheses[{i}]")
             hypotheses.append(TraceHypothesis(**h))
-        return cls(**{name: data[name] for name in top - {"hypotheses"}}, hypotheses=hypotheses)
+        given = (top - {"hypotheses"}) & data.keys()
+        return cls(**{name: data[name] for name in given}, hypotheses=hypotheses)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -104,16 +118,25 @@ class Trace:
             raise ValueError(f"{path}: {e}") from e
 
     def _repr_html_(self) -> str:
-        """Jupyter shows a trace as the interactive viewer."""
-        from heedful.visualize.html import render_html
+        """Jupyter shows a trace as the interactive viewer: a fragment whose ids, styles and
+        script stay inside its own root, so several can share a notebook."""
+        from heedful.visualize.html import render_fragment
 
-        return render_html(self)
+        return render_fragment(self)
 
 
-def _check_keys(data: Any, expected: set[str], where: str) -> None:
+def _field_names(cls) -> tuple[set[str], set[str]]:
+    """All field names of a dataclass, and those with a default: keys added to the schema
+    after version 1 was written, which older traces lack."""
+    names = {f.name for f in fields(cls)}
+    return names, {f.name for f in fields(cls) if f.default is not MISSING}
+
+
+def _check_keys(data: Any, expected: set[str], optional: set[str], where: str) -> None:
     if not isinstance(data, dict):
         raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
-    missing, unknown = sorted(expected - data.keys()), sorted(data.keys() - expected)
+    missing = sorted(expected - optional - data.keys())
+    unknown = sorted(data.keys() - expected)
     if missing:
         raise ValueError(f"{where} lacks {', '.join(missing)}")
     if unknown:
@@ -148,7 +171,7 @@ def _rounded(x: torch.Tensor | None) -> list | None:
     return None if x is None else x.double().round(decimals=DECIMALS).tolist()
 
 
-def _model_info(config) -> dict:
+def model_info(config) -> dict:
     """The trace's "model": its family and the layers × heads its attention maps have."""
     if config.arch == "rnn":
         return {
@@ -167,13 +190,26 @@ def _model_info(config) -> dict:
     }
 
 
-def _top_k(log_probs: torch.Tensor, k: int, tokenizer) -> list[list[dict]]:
-    """log_probs (T, V) -> [T][K] the most probable next tokens with their probabilities."""
-    probs, ids = log_probs.exp().topk(min(k, log_probs.size(-1)), dim=-1)  # (T, K)
-    return [
-        [{"token": tokenizer.id_to_token(i), "prob": round(p, DECIMALS)} for p, i in zip(ps, js)]
-        for ps, js in zip(probs.double().tolist(), ids.tolist())
-    ]
+# Never candidates: no training target is <s> (tgt_out starts after it) or <pad> (the loss
+# ignores it), so a model gives them only leftover probability. decoding.py does not mask
+# them, so one the search did pick is still shown. <unk> is a real target (every unknown
+# piece of the training data), the search can pick it, and it stays (the viewer marks it).
+NOT_CANDIDATES = (PAD_ID, BOS_ID)
+
+
+def _top_k(log_probs: torch.Tensor, k: int, tokenizer, chosen: list[int]) -> list[list[dict]]:
+    """log_probs (T, V) -> [T][K] the most probable next tokens with their probabilities,
+    without <s> and <pad> unless chosen[t] is one of them; probabilities as the model gave
+    them (not renormalised)."""
+    wanted = min(k + len(NOT_CANDIDATES), log_probs.size(-1))
+    probs, ids = log_probs.exp().topk(wanted, dim=-1)  # (T, K + 2)
+    steps = []
+    for ps, js, pick in zip(probs.double().tolist(), ids.tolist(), chosen):
+        kept = [(p, i) for p, i in zip(ps, js) if i not in NOT_CANDIDATES or i == pick][:k]
+        steps.append(
+            [{"token": tokenizer.id_to_token(i), "prob": round(p, DECIMALS)} for p, i in kept]
+        )
+    return steps
 
 
 def _rnn_parts(maps) -> dict:
@@ -187,14 +223,23 @@ def _rnn_parts(maps) -> dict:
     }
 
 
-def _replayed(translator, src: torch.Tensor, hyp, top_k: int):
+def _replayed(translator, src: torch.Tensor, hyp, top_k: int, internals: bool):
     """A hypothesis with what the model computed at each of its steps (Translator.replay).
 
-    Returns the TraceHypothesis and the encoder self-attention (L, H, S, S) or None.
+    Returns the TraceHypothesis, the encoder self-attention (L, H, S, S) or None, and the
+    internals shared by all hypotheses (None unless `internals`).
     """
     tgt_tok = translator.tgt_tokenizer
-    out = translator.replay(src, hyp)
-    maps = out.attention  # rnn-none: decoder_states only
+    with recording(translator.model) as captured:
+        out = translator.replay(src, hyp)
+    maps = out.attention
+    shared = own = None
+    if internals and translator.config.arch == "transformer":
+        shared, own = transformer_internals(captured, DECIMALS)
+    elif internals:
+        shared, own = rnn_internals(
+            captured, translator.model, maps, DECIMALS
+        )  # rnn-none: decoder_states only
     cross = None if maps.cross is None else maps.cross[0].permute(2, 0, 1, 3)  # (T, L, H, S)
     decoder = None if maps.decoder is None else maps.decoder[0]  # (L, H, T, T)
     encoder = None if maps.encoder is None else maps.encoder[0]  # (L, H, S, S)
@@ -205,10 +250,11 @@ def _replayed(translator, src: torch.Tensor, hyp, top_k: int):
         finished=hyp.finished,
         cross_attention=_rounded(cross),
         decoder_self_attention=_rounded(decoder),
-        top_k=_top_k(out.logits[0].log_softmax(-1), top_k, tgt_tok),
+        top_k=_top_k(out.logits[0].log_softmax(-1), top_k, tgt_tok, hyp.produced(EOS_ID)),
         rnn=_rnn_parts(maps) if translator.config.arch == "rnn" else None,
+        internals=own,
     )
-    return trace_hyp, encoder
+    return trace_hyp, encoder, shared
 
 
 def build_trace(
@@ -218,6 +264,7 @@ def build_trace(
     n_best: int = 1,
     top_k: int | None = None,
     length_penalty: float | None = None,
+    internals: bool | None = None,
 ) -> Trace:
     """Translate `sentence` and record, for each of the n_best outputs, every attention weight.
 
@@ -225,6 +272,9 @@ def build_trace(
     num_beams: 1 is greedy search; n_best: how many hypotheses to keep (at most num_beams).
     top_k: how many candidate next tokens to record at each step; None is TOP_K.
     length_penalty: beam search's GNMT alpha; None takes the translator's.
+    internals: record what the viewer's calculation panels need (per-head Q, K, V; RNN
+        encoder and attentional states): None does so while they stay within
+        INTERNALS_MAX_NUMBERS numbers (docs/trace-schema.md), True always, False never.
     Raises ValueError for an empty sentence.
     """
     if not sentence.strip():
@@ -235,22 +285,24 @@ def build_trace(
     if length_penalty is None:
         length_penalty = translator.generation.length_penalty
     ids = translator.src_tokenizer.encode(sentence)
-    source_tokens = translator.src_tokenizer.tokens(sentence)
-    if len(ids) != len(source_tokens):  # the labels must name the positions the model read
-        raise ValueError(f"tokenizer gives {len(ids)} ids but {len(source_tokens)} tokens")
+    source_tokens = seen_tokens(translator.src_tokenizer, sentence)  # <unk> where it saw one
     import torch
 
     src = torch.tensor([ids], device=translator.device)  # (1, S)
     [hyps] = translator.search(src, num_beams, n_best, length_penalty=length_penalty)
+    if internals is None:
+        lengths = [len(h.produced(EOS_ID)) for h in hyps]
+        internals = internals_size(translator.config, len(ids), lengths) <= INTERNALS_MAX_NUMBERS
     with torch.no_grad():
-        traced = [_replayed(translator, src, h, top_k) for h in hyps]
+        traced = [_replayed(translator, src, h, top_k, internals) for h in hyps]
     return Trace(
-        model=_model_info(translator.config),
+        model=model_info(translator.config),
         source=sentence,
         source_tokens=source_tokens,
         search={"num_beams": num_beams, "length_penalty": length_penalty},
         encoder_self_attention=_rounded(traced[0][1]),
-        hypotheses=[h for h, _ in traced],
+        hypotheses=[h for h, _, _ in traced],
+        internals=traced[0][2],
     )
 
 
@@ -281,7 +333,9 @@ def estimated_json_bytes(
         per_output += 2 * t * config.hidden_size * _STATE_BYTES  # h_t and c_t
         shared = 0
     per_output += 4 * TOP_K * t * _WEIGHT_BYTES  # a candidate is a token and a probability
-    return shared + n_best * per_output
+    # internals are kept only while within the limit: a trace of shorter outputs may keep them
+    numbers = min(internals_size(config, s, [t] * n_best), INTERNALS_MAX_NUMBERS)
+    return shared + n_best * per_output + numbers * _SCORE_BYTES
 
 
 def placeholder_trace(source: str, output: str) -> Trace:

@@ -1,13 +1,41 @@
-/* heedful attention viewer: draws the trace embedded in #trace-data (docs/trace-schema.md).
+/* heedful attention viewer: draws the trace embedded in its root's [data-part="trace-data"]
+ * (docs/trace-schema.md).
  * Vanilla JavaScript, canvas and SVG; it fetches nothing. Views render lazily: only the visible
  * tab is drawn, and head averages are computed on first use and cached.
  *
  * html.py puts these files into one function scope, in this order: common.js (the trace, state
  * and small helpers), colours.js, matrices.js (reading the attention out of the trace),
  * heatmap.js (the matrix and self-attention views), heads.js (head view), rnn.js and replay.js
- * (decoding replay), then viewer.js (beams, tabs and wiring). */
+ * (decoding replay), calc.js (the calculation of one cell), then viewer.js (beams, tabs and
+ * wiring).
+ *
+ * Several viewers can share a page: each script works inside its own root element
+ * (.heedful-viewer), finds its parts by data-part and gives them ids with its own prefix. */
 
-const $ = (id) => document.getElementById(id);
+// This script's viewer: the root around it or, where a notebook ran it elsewhere (jQuery
+// evaluates scripts in <head>), the first root on the page that no script has taken yet.
+function findRoot() {
+  const script = document.currentScript;
+  const own = script && script.closest(".heedful-viewer");
+  return own && !own.dataset.ready ? own : document.querySelector(".heedful-viewer:not([data-ready])");
+}
+const root = findRoot();
+root.dataset.ready = "true";
+const parts = new Map();
+(function nameParts() {
+  window.heedfulViewerCount = (window.heedfulViewerCount || 0) + 1;
+  const prefix = "heedful" + window.heedfulViewerCount + "-";
+  for (const node of root.querySelectorAll("[data-part]")) {
+    parts.set(node.dataset.part, node);
+    node.id = prefix + node.dataset.part;
+  }
+  for (const attr of ["aria-controls", "aria-labelledby"]) {
+    for (const node of root.querySelectorAll("[" + attr + "]")) {
+      node.setAttribute(attr, prefix + node.getAttribute(attr));
+    }
+  }
+})();
+const $ = (name) => parts.get(name) || null;
 const trace = JSON.parse($("trace-data").textContent);
 const model = trace.model || {};
 const hyps = trace.hypotheses || [];

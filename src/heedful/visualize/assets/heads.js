@@ -18,7 +18,7 @@ function ensureHeadToggles(n) {
   }
 }
 // what drawHeadLines needs from the last renderHeads: which matrix and where the columns are
-const headView = { kind: "cross", layer: 0, x1: 0, x2: 0, y: (i) => i };
+const headView = { kind: "cross", layer: 0, x1: 0, x2: 0, y: (i) => i, lines: null };
 const COLUMN_TITLES = {
   cross: ["SOURCE", "OUTPUT"],
   enc: ["SOURCE (KEYS)", "SOURCE (QUERIES)"],
@@ -70,19 +70,19 @@ function renderHeads() {
   const titleAttrs = { y: 14, class: "column-title" };
   view.appendChild(svg("text", { ...titleAttrs, x: x1 - 8, "text-anchor": "end" })).textContent = leftTitle;
   view.appendChild(svg("text", { ...titleAttrs, x: x2 + 8 })).textContent = rightTitle;
-  view.appendChild(svg("g", { id: "hv-lines" }));
+  headView.lines = view.appendChild(svg("g", {}));
   addHeadViewColumn(view, left, "left", x1 - 8, y);
   addHeadViewColumn(view, right, "right", x2 + 8, y);
   Object.assign(headView, { kind, layer, x1, x2, y });
   drawHeadLines();
 }
 function drawHeadLines() {
-  const lines = $("hv-lines");
+  const lines = headView.lines;
   if (!lines) return;
   lines.textContent = "";
   const { kind, layer, x1, x2, y } = headView;
   const focus = state.focus;
-  const heads = Array.from(document.querySelectorAll(".head-toggle"))
+  const heads = Array.from(root.querySelectorAll(".head-toggle"))
     .filter((box) => box.checked)
     .map((box) => +box.dataset.head);
   let count = 0;
@@ -118,7 +118,7 @@ function initHeadView() {
   $("hv-kind").addEventListener("change", () => invalidate(["heads"]));
   $("hv-layer").addEventListener("change", () => invalidate(["heads"]));
   const setAll = (on) => {
-    for (const box of document.querySelectorAll(".head-toggle")) box.checked = on;
+    for (const box of root.querySelectorAll(".head-toggle")) box.checked = on;
     drawHeadLines();
   };
   $("hv-all").addEventListener("click", () => setAll(true));

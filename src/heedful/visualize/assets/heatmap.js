@@ -73,16 +73,22 @@ function drawHeatmap(canvas, rows, rowLabs, colLabs, scaleMax, axes) {
   drawAxisTitles(ctx, g);
   canvas._grid = g; // for the tooltip
 }
+// The cell under the mouse, [row, column], or null off the cells.
+function cellAt(canvas, event) {
+  const g = canvas._grid;
+  if (!g) return null;
+  const box = canvas.getBoundingClientRect();
+  const x = event.clientX - box.left - g.left;
+  const y = event.clientY - box.top - g.top;
+  const i = Math.floor(y / g.cell);
+  const j = Math.floor(x / g.cell);
+  return x < 0 || y < 0 || i >= g.nRows || j >= g.nCols ? null : [i, j];
+}
 function attachHeatmapTooltip(canvas) {
   canvas.addEventListener("mousemove", (event) => {
-    const g = canvas._grid;
-    if (!g) return;
-    const box = canvas.getBoundingClientRect();
-    const x = event.clientX - box.left - g.left;
-    const y = event.clientY - box.top - g.top;
-    const i = Math.floor(y / g.cell);
-    const j = Math.floor(x / g.cell);
-    if (x < 0 || y < 0 || i >= g.nRows || j >= g.nCols) return hideTip();
+    const cell = cellAt(canvas, event);
+    if (!cell) return hideTip();
+    const [i, j] = cell, g = canvas._grid;
     showTip(event, [
       [g.axes.col + " #" + (j + 1), g.colLabs[j], true],
       [g.axes.row + " #" + (i + 1), g.rowLabs[i], true],
@@ -115,5 +121,11 @@ function initHeatmaps() {
       $(name + part).addEventListener("change", () => invalidate([name]));
     }
     attachHeatmapTooltip($(name + "-canvas"));
+    // a click opens the calculation of the clicked row (an average of heads: of head 1)
+    $(name + "-canvas").addEventListener("click", (event) => {
+      const cell = cellAt($(name + "-canvas"), event);
+      const head = $(name + "-head").value;
+      if (cell) openCalc(kind, +$(name + "-layer").value, head === "avg" ? 0 : +head, cell[0]);
+    });
   }
 }

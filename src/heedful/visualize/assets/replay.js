@@ -45,7 +45,8 @@ function renderCandidates(h, tokens, t) {
   $("replay-topk-note").textContent = candidates ? "" : "This trace has no top-k candidates.";
   for (const cand of candidates || []) {
     const chosen = cand.token === tokens[t];
-    const chip = tokenChip(cand.token, chosen ? "chosen" : "");
+    const chip = tokenChip(cand.token, (chosen ? "chosen" : "") + (cand.token === UNK ? " unk" : ""));
+    if (cand.token === UNK) chip.title = UNK_NOTE;
     const box = el("div", "prob-box" + (chosen ? " chosen-row" : ""));
     const bar = el("div", "prob");
     bar.style.width = Math.max(0, Math.min(1, +cand.prob || 0)) * 100 + "%";
@@ -53,6 +54,11 @@ function renderCandidates(h, tokens, t) {
     topk.append(chip, box, el("span", "num", fmt(cand.prob, 3)));
   }
 }
+// <unk> is a real candidate (every unknown piece of the training data was one); <s> and <pad>,
+// never a training target, are not listed (trace.py).
+const UNK = "<unk>";
+const UNK_NOTE = "<unk>: the unknown piece; the search may pick it, and the text then " +
+  "shows an unknown character in its place";
 function renderReplay() {
   const h = hyp();
   if (!h) return;
@@ -96,4 +102,8 @@ function initReplay() {
   }
   $("step-slider").addEventListener("input", (event) => setStep(+event.target.value));
   $("play-button").addEventListener("click", play);
+  $("replay-calc").addEventListener("click", () => {
+    const head = $("replay-head").value;
+    openCalc("cross", +$("replay-layer").value || 0, head === "avg" ? 0 : +head || 0, state.step);
+  });
 }

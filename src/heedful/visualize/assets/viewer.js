@@ -16,7 +16,7 @@ function invalidate(names) {
 }
 function showTab(name) {
   state.tab = name;
-  for (const tab of document.querySelectorAll('[role="tab"]')) {
+  for (const tab of root.querySelectorAll('[role="tab"]')) {
     const selected = tab.dataset.tab === name;
     tab.setAttribute("aria-selected", String(selected));
     tab.tabIndex = selected ? 0 : -1;
@@ -67,7 +67,7 @@ function modelInfo() {
 }
 
 function initTabs() {
-  const tabs = Array.from(document.querySelectorAll('[role="tab"]'));
+  const tabs = Array.from(root.querySelectorAll('[role="tab"]'));
   tabs.forEach((tab, i) => {
     tab.addEventListener("click", () => showTab(tab.dataset.tab));
     tab.addEventListener("keydown", (event) => {
@@ -91,8 +91,25 @@ function init() {
   initTabs();
   for (const name of Object.keys(VIEWS)) state.dirty.add(name);
   showTab(available("cross") ? "matrix" : "replay");
+  $("calc-close").addEventListener("click", closeCalc);
+  if (root.dataset.open) openCell(JSON.parse(root.dataset.open));
+}
+// render_step's page: the view of that kind at that layer and head, and the cell's calculation.
+function openCell(cell) {
+  const kind = CALC_KINDS[cell.kind];
+  const name = { cross: "matrix", enc: "enc", dec: "dec" }[kind];
+  if (available(kind)) {
+    $(name + "-layer").value = String(cell.layer);
+    $(name + "-head").value = String(cell.head);
+    state.step = kind === "enc" ? state.step : cell.position;
+    showTab(name);
+  }
+  openCalc(kind, cell.layer, cell.head, cell.position);
 }
 
 init();
-// for scripting and tests: the parsed trace and the few actions the controls perform
-window.heedfulViewer = { trace, state, showTab, selectHypothesis, setStep };
+// for scripting and tests: the parsed trace and the few actions the controls perform; the
+// last viewer of the page is window.heedfulViewer, each is its root's .heedfulViewer
+const api = { root, trace, state, showTab, selectHypothesis, setStep, openCalc };
+root.heedfulViewer = window.heedfulViewer = api;
+(window.heedfulViewers = window.heedfulViewers || []).push(api);

@@ -1,0 +1,114 @@
+// The calculation of one cell: a Transformer head's softmax(q·k_j / √d_k) · V row by row, or an
+// RNN decoder step in Alammar's seven steps, recomputed here from the trace's internals.
+
+const CALC_KINDS = { cross: "cross", encoder: "enc", decoder: "dec" }; // trace name -> view name
+const dot = (a, b) => a.reduce((sum, x, i) => sum + x * b[i], 0);
+const addInto = (total, v, w) => v.forEach((x, i) => { total[i] += w * x; });
+function vecText(v, n = 4) {
+  const shown = v.slice(0, n).map((x) => fmt(x, 3)).join(", ");
+  return "[" + shown + (v.length > n ? ", \u2026 " + (v.length - n) + " more" : "") + "]";
+}
+// A table cell holding a number or a vector, its exact value in data-value / data-vector.
+function numCell(row, col, value, digits = 4) {
+  const cell = row.insertCell();
+  cell.dataset.col = col;
+  if (Array.isArray(value)) {
+    cell.dataset.vector = JSON.stringify(value);
+    cell.title = value.map((x) => fmt(x, 5)).join(", ");
+    cell.appendChild(el("span", "vec", vecText(value)));
+  } else if (typeof value === "number") {
+    cell.dataset.value = String(value);
+    cell.appendChild(el("span", "num", value === -Infinity ? "\u2212\u221E" : fmt(value, digits)));
+  } else cell.appendChild(typeof value === "string" ? el("span", null, value) : value);
+  return cell;
+}
+function weightBar(w) {
+  const box = el("div", "w-box");
+  const bar = el("div", "bar");
+  bar.style.width = Math.max(0, Math.min(1, w)) * 100 + "%";
+  box.appendChild(bar);
+  return box;
+}
+// softmax over the keys not masked; exp(s − max) leaves the weights as they are, finite.
+function softmaxRows(rows) {
+  const open = rows.filter((r) => !r.masked);
+  const max = Math.max(...open.map((r) => r.score));
+  let total = 0;
+  for (const r of rows) total += r.exp = r.masked ? 0 : Math.exp(r.score - max);
+  for (const r of rows) r.weight = r.exp / total;
+  return rows;
+}
+
+// ---- Transformer: one head, one query ----------------------------------------------------
+function headParts(kind, layer, head, i) {
+  const h = hyp(), own = h.internals || {}, shared = trace.internals || {};
+  if (kind === "enc") {
+    const e = shared.encoder;
+    return e && { q: e.q[layer][head][i], k: e.k[layer][head], v: e.v[layer][head],
+      weights: trace.encoder_self_attention[layer][head][i], keys: sourceTokens, query: sourceTokens[i] };
+  }
+  if (kind === "dec") {
+    const d = own.decoder;
+    return d && { q: d.q[layer][head][i], k: d.k[layer][head], v: d.v[layer][head],
+      weights: h.decoder_self_attention[layer][head][i], keys: h.tokens, query: h.tokens[i], causal: true };
+  }
+  const c = shared.cross;
+  return c && own.cross && { q: own.cross.q[layer][head][i], k: c.k[layer][head], v: c.v[layer][head],
+    weights: h.cross_attention[i][layer][head], keys: sourceTokens, query: h.tokens[i] };
+}
+function headCalculation(p, i) {
+  const scale = Math.sqrt(p.q.length);
+  const rows = p.k.map((k, j) => {
+    const product = dot(p.q, k);
+    return { j, product, scaled: product / scale, masked: !!p.causal && j > i };
+  });
+  for (const r of rows) r.score = r.masked ? -Infinity : r.scaled;
+  softmaxRows(rows);
+  const output = new Array(p.v[0].length).fill(0);
+  for (const r of rows) {
+    r.weighted = p.v[r.j].map((x) => x * r.weight);
+    addInto(output, p.v[r.j], r.weight);
+  }
+  return { rows, output };
+}
+const HEAD_COLUMNS = ["j", "key", "k_j", "q\u00B7k_j", "\u00F7\u221Ad_k", "masked", "exp(s \u2212 max)",
+  "weight", "", "trace", "v_j", "weight \u00D7 v_j"];
+function renderHeadCalc(body, p, calc) {
+  const q = el("p", "calc-line");
+  q.append(el("b", null, "q = "), el("span", "vec", vecText(p.q, 8)), el("span", "note-inline",
+    "  d_k = " + p.q.length + ", \u221Ad_k = " + fmt(Math.sqrt(p.q.length), 4)));
+  q.dataset.vector = JSON.stringify(p.q);
+  const table = el("table", "scores calc-table");
+  const header = table.insertRow();
+  for (const name of HEAD_COLUMNS) header.appendChild(el("th", null, name));
+  for (const r of calc.rows) {
+    const row = table.insertRow();
+    row.dataset.key = String(r.j);
+    if (r.masked) row.className = "masked";
+    numCell(row, "j", String(r.j + 1));
+    numCell(row, "key", tokenChip(p.keys[r.j]));
+    numCell(row, "k", p.k[r.j]);
+    numCell(row, "dot", r.product);
+    numCell(row, "scaled", r.scaled);
+    numCell(row, "score", r.score);
+    numCell(row, "exp", r.exp);
+    numCell(row, "weight", r.weight);
+    numCell(row, "bar", weightBar(r.weight));
+    numCell(row, "trace", +p.weights[r.j]);
+    numCell(row, "v", p.v[r.j]);
+    numCell(row, "weighted", r.weighted);
+  }
+  const out = el("p", "calc-line");
+  out.dataset.part = "calc-output";
+  out.dataset.vector = JSON.stringify(calc.output);
+  out.append(el("b", null, "head output = \u03A3_j weight_j \u00D7 v_j = "), el("span", "vec", vecText(calc.output, 8)));
+  body.append(q, table, out);
+}
+function openHeadCalc(kind, layer, head, i) {
+  const p = headParts(kind, layer, head, i);
+  const where = KINDS[kind].title + ", layer " + (layer + 1) + ", head " + (head + 1);
+  $("calc-title").textContent = "The calculation of query " + (i + 1) + " (" + label(p ? p.query : "") + ")";
+  $("calc-explain").textContent = where + ": softmax(q\u00B7k_j / \u221Ad_k) over the keys j, " +
+    "then the weighted sum of the values v_j. Masked keys (the future) score \u2212\u221E, so exp gives 0.";
+  return p && renderHeadCalc($("calc-body"), p, headCalculation(p, i));
+}

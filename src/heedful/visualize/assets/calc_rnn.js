@@ -1,0 +1,107 @@
+// The calculation of one RNN decoder step, numbered as Alammar's seven steps (Luong et al.
+// 2015, §3): h_t, the encoder states h̄_s, the scores, the softmax, c_t, h̃_t, the output.
+
+const RNN_FORMULAS = {
+  bahdanau: "score = v\u1D40 tanh(W_q h_t + W_k h\u0304_s)  (Bahdanau et al. 2014, eq. 6)",
+  "luong-dot": "score = h_t \u00B7 h\u0304_s  (Luong et al. 2015, dot)",
+  "luong-general": "score = h_t \u00B7 (W_a h\u0304_s)  (Luong et al. 2015, general)",
+  "luong-concat": "score = v_a\u1D40 tanh(W_a [h_t; h\u0304_s])  (Luong et al. 2015, concat)",
+};
+// score(h_t, h̄_s) as the model computes it, from the parts the trace keeps (internals).
+function rnnScore(t, s) {
+  const shared = trace.internals, own = hyp().internals, h = hyp().rnn.decoder_states[t];
+  if (model.attention === "luong-dot") return dot(h, shared.encoder_states[s]);
+  if (model.attention === "luong-general") return dot(h, shared.score_keys[s]);
+  const q = own.score_queries[t], k = shared.score_keys[s];
+  return dot(shared.score_v, q.map((x, i) => Math.tanh(x + k[i])));
+}
+function rnnCalculation(t) {
+  const states = trace.internals.encoder_states;
+  const rows = softmaxRows(states.map((_, s) => ({ j: s, score: rnnScore(t, s), masked: false })));
+  const context = new Array(states[0].length).fill(0);
+  for (const r of rows) {
+    r.weighted = states[r.j].map((x) => x * r.weight);
+    addInto(context, states[r.j], r.weight);
+  }
+  return { rows, context };
+}
+function stepItem(list, title, content) {
+  const item = el("li");
+  item.appendChild(el("b", null, title + " "));
+  if (content) item.appendChild(content);
+  list.appendChild(item);
+  return item;
+}
+function vectorSpan(part, v) {
+  const span = el("span", "vec", vecText(v, 8));
+  span.dataset.part = part;
+  span.dataset.vector = JSON.stringify(v);
+  span.title = v.map((x) => fmt(x, 5)).join(", ");
+  return span;
+}
+function rnnTable(h, t, calc) {
+  const table = el("table", "scores calc-table");
+  const header = table.insertRow();
+  for (const name of ["s", "source", "h\u0304_s", "score", "trace score", "exp(s \u2212 max)",
+    "a_t(s)", "", "trace", "a_t(s) \u00D7 h\u0304_s"]) header.appendChild(el("th", null, name));
+  for (const r of calc.rows) {
+    const row = table.insertRow();
+    row.dataset.key = String(r.j);
+    numCell(row, "j", String(r.j + 1));
+    numCell(row, "key", tokenChip(sourceTokens[r.j]));
+    numCell(row, "k", trace.internals.encoder_states[r.j]);
+    numCell(row, "score", r.score);
+    numCell(row, "trace-score", +h.rnn.scores[t][r.j]);
+    numCell(row, "exp", r.exp);
+    numCell(row, "weight", r.weight);
+    numCell(row, "bar", weightBar(r.weight));
+    numCell(row, "trace", +h.cross_attention[t][0][0][r.j]);
+    numCell(row, "weighted", r.weighted);
+  }
+  return table;
+}
+function renderRnnCalc(body, t) {
+  const h = hyp(), calc = rnnCalculation(t);
+  const steps = el("ol", "calc-steps");
+  stepItem(steps, "The decoder state h_t (the RNN's output at this step):", vectorSpan("calc-query", h.rnn.decoder_states[t]));
+  stepItem(steps, "The encoder states h\u0304_s, one per source token (the table's h\u0304_s column).");
+  stepItem(steps, "Score each one: " + (RNN_FORMULAS[model.attention] || model.attention) + ".");
+  stepItem(steps, "Softmax the scores into the weights a_t(s).");
+  const ctx = stepItem(steps, "Context c_t = \u03A3_s a_t(s) h\u0304_s =", vectorSpan("calc-output", calc.context));
+  ctx.appendChild(el("span", "note-inline", "  (the trace's c_t: " + vecText(h.rnn.contexts[t]) + ")"));
+  stepItem(steps, "h\u0303_t = tanh(W_c [h_t; c_t]), the attentional state:", vectorSpan("calc-attentional", h.internals.attentional[t]));
+  const out = stepItem(steps, "p(y_t) = softmax(W_o h\u0303_t); the most probable tokens:");
+  for (const cand of h.top_k[t] || []) {
+    out.appendChild(tokenChip(cand.token + " " + fmt(cand.prob, 3), cand.token === h.tokens[t] ? "chosen" : ""));
+  }
+  body.append(steps, rnnTable(h, t, calc));
+}
+function openRnnCalc(t) {
+  const h = hyp();
+  $("calc-title").textContent = "Decoder step " + (t + 1) + ": producing " + label(h.tokens[t]);
+  $("calc-explain").textContent = "The seven steps of one decoder step with attention, with this " +
+    "model's numbers; scores, weights and c_t are recomputed here from h_t and h\u0304_s.";
+  return renderRnnCalc($("calc-body"), t);
+}
+
+// ---- the panel ---------------------------------------------------------------------------
+const INTERNALS_MISSING = "This trace holds only the attention weights, not the numbers " +
+  "they are made from (it was too large, or made without them): build it with " +
+  "build_trace(..., internals=True) to see the whole calculation.";
+function openCalc(kind, layer, head, position) {
+  const panel = $("calc"), body = $("calc-body");
+  body.textContent = "";
+  const has = !!(trace.internals && hyp() && hyp().internals) && available(kind);
+  $("calc-note").hidden = has;
+  $("calc-note").textContent = has ? "" : (available(kind) ? INTERNALS_MISSING : missingMessage(kind));
+  Object.assign(state, { calc: { kind, layer, head, position } });
+  panel.hidden = false;
+  if (has && isRNN) openRnnCalc(position);
+  else if (has) openHeadCalc(kind, layer, head, position);
+  panel.dataset.kind = kind;
+  panel.dataset.position = String(position);
+}
+function closeCalc() {
+  $("calc").hidden = true;
+  state.calc = null;
+}
