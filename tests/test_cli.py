@@ -204,3 +204,74 @@ def test_n_best_widens_the_beam(tmp_path, reverse_model_dir):
     assert result.exit_code == 0, result.output
     data = json.loads(trace.read_text())
     assert len(data["hypotheses"]) == 2 and data["search"]["num_beams"] == 2
+
+
+# ---- see.py: attention and explain refuse what the model lacks before translating ----
+
+
+@pytest.fixture
+def rnn_model_dir(tmp_path):
+    """An untrained Bahdanau RNN over the letters a-j, saved as a model directory."""
+    from heedful.checkpoint import save_model_dir
+    from heedful.config import ModelConfig
+    from heedful.data.tokenizers import CharTokenizer
+    from heedful.models.build import build_model
+
+    tokenizer = CharTokenizer("abcdefghij ")
+    config = ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0)
+    model = build_model(config, len(tokenizer), len(tokenizer))
+    return save_model_dir(tmp_path / "rnn", model, config, tokenizer, tokenizer)
+
+
+def _no_translating(monkeypatch):
+    from heedful.translator import Translator
+
+    def search(*args, **kwargs):
+        raise AssertionError("translated before refusing")
+
+    monkeypatch.setattr(Translator, "search", search)
+
+
+def test_see_an_rnn_view_it_lacks_is_refused_before_translating(
+    monkeypatch, tmp_path, rnn_model_dir
+):
+    _no_translating(monkeypatch)
+    model, picture = str(rnn_model_dir), str(tmp_path / "x.png")
+    error = one_line_error(run("attention", model, "abc", "--kind", "encoder", "--png", picture))
+    assert "no encoder self-attention" in error and "--kind cross" in error
+    error = one_line_error(run("explain", model, "abc", "--head", "3"))
+    assert "head 3: an RNN has one attention distribution" in error and "--head" in error
+    error = one_line_error(run("explain", model, "abc", "--kind", "decoder"))
+    assert "--kind cross" in error
+
+
+def test_see_a_layer_or_head_out_of_range_names_the_range(monkeypatch, tmp_path, reverse_model_dir):
+    """The reverse model has 1 layer of 4 heads: `--layer 3` says so, before translating."""
+    _no_translating(monkeypatch)
+    model, picture = str(reverse_model_dir), str(tmp_path / "x.png")
+    error = one_line_error(run("attention", model, "abc", "--layer", "3", "--png", picture))
+    assert "layer 3 out of range: the model has 1 decoder layer" in error
+    error = one_line_error(run("attention", model, "abc", "--head", "5", "--png", picture))
+    assert "head 5 out of range: the model has 4 heads" in error
+    error = one_line_error(run("explain", model, "abc", "--layer", "3"))
+    assert "layer 3 out of range: the model has 1 decoder layer" in error
+
+
+def test_see_the_picture_labels_the_source_as_the_model_saw_it(
+    monkeypatch, tmp_path, reverse_model_dir
+):
+    import heedful.visualize.heatmap as heatmap
+
+    drawn = {}
+    monkeypatch.setattr(heatmap, "plot_trace", lambda trace, *a, **k: drawn.setdefault("t", trace))
+    result = run("attention", str(reverse_model_dir), "ab猫c", "--png", str(tmp_path / "x.png"))
+    assert result.exit_code == 0, result.output
+    assert drawn["t"].source_tokens == ["a", "b", "<unk> (猫)", "c"]
+
+
+def test_see_explain_html_opens_the_viewer_on_the_calculation(tmp_path, reverse_model_dir):
+    page = tmp_path / "step.html"
+    result = run("explain", str(reverse_model_dir), "abc", "--position", "2", "--html", str(page))
+    assert result.exit_code == 0, result.output
+    text = page.read_text(encoding="utf-8")
+    assert "<pre>" not in text and "<script" in text

@@ -154,3 +154,15 @@ def test_plot_alignment_still_draws_one_matrix(tmp_path, png_size):
     png_size(path)
     with pytest.raises(ValueError, match="do not match"):
         plot_alignment(np.ones((2, 2)), list("abc"), ["x", "</s>"], tmp_path / "b.png")
+
+
+def test_an_rnn_grid_says_it_has_one_attention():
+    """An RNN's one distribution per step is not "layer 1 / head 1" of a grid."""
+    import matplotlib.pyplot as plt
+
+    fig = _trace_figure(model_trace("rnn-bahdanau"), grid=True)
+    panel = fig.axes[0]
+    assert "one attention" in panel.get_title()
+    texts = [panel.get_title(), panel.get_ylabel(), fig._suptitle.get_text()]
+    assert not any("head 1" in t or "layer 1" in t for t in texts)
+    plt.close(fig)

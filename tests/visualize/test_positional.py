@@ -14,3 +14,18 @@ def test_positional_encoding_picture(tmp_path, png_size):
         plot_positional(16, 10, tmp_path / "pe.gif")
     with pytest.raises(ValueError, match="length >= 1"):
         plot_positional(16, 0, tmp_path / "pe.png")
+
+
+def test_the_dimension_axis_is_not_the_formulas_i(tmp_path, monkeypatch):
+    """The formula's i indexes sin/cos pairs; the axis runs over every dimension j = 0..d-1."""
+    import heedful.visualize.positional as positional
+
+    drawn = {}
+    save = positional.save
+    monkeypatch.setattr(
+        positional, "save", lambda fig, path: drawn.setdefault("fig", fig) and save(fig, path)
+    )
+    plot_positional(16, 10, tmp_path / "pe.png")
+    ax = drawn["fig"].axes[0]
+    assert "j = 0..15" in ax.get_xlabel() and "dimension i" not in ax.get_xlabel()
+    assert "2i" in ax.get_title()

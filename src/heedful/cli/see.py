@@ -64,6 +64,11 @@ def attention(
     if not (picture or html_path or json_path):
         raise click.UsageError("give at least one of --png/--svg/--pdf, --html or --json")
     translator = Translator.load(model_dir)
+    if picture:  # a view the model does not have is refused before translating
+        from heedful.visualize.heatmap import check_view
+        from heedful.visualize.trace import model_info
+
+        check_view(model_info(translator.config), kind, layer, head, grid)
     trace = build_trace(translator, sentence, num_beams=beams_for(num_beams, n_best), n_best=n_best)
     click.echo(f"{sentence} -> {trace.hypotheses[0].text}")
     if json_path:
@@ -72,6 +77,7 @@ def attention(
     if picture:
         from heedful.visualize.heatmap import plot_trace
 
+        # the trace labels the source as the model saw it: `<unk> (猫)` for an unknown piece
         plot_trace(trace, picture, kind=kind, layer=layer, head=head, grid=grid)
         click.echo(f"heatmap: {picture}")
     if html_path:
@@ -87,7 +93,7 @@ def attention(
 @click.argument("model_dir", type=DIRECTORY)
 @click.argument("sentence")
 @click.option("--layer", type=int, default=None, help="Layer (from 1) [default: the last].")
-@click.option("--head", type=int, default=1, show_default=True, help="Head (from 1).")
+@click.option("--head", type=int, default=None, help="Head (from 1) [default: 1; an RNN has none].")
 @click.option(
     "--position",
     type=int,
@@ -95,21 +101,28 @@ def attention(
     show_default=True,
     help="Query position (from 1): an output step, or a source token for --kind encoder.",
 )
-@click.option("--html", "html_path", type=FILE, help="Also write the explanation as a web page.")
+@click.option(
+    "--html", "html_path", type=FILE, help="Also write the viewer, opened on this calculation."
+)
 def explain(model_dir, sentence, kind, layer, head, position, html_path) -> None:
     """Print one attention computation with the model's real numbers."""
     from heedful.translator import Translator
     from heedful.visualize.explain import explain as run_explain
 
-    result = run_explain(
-        Translator.load(model_dir), sentence, layer=layer, head=head, position=position, kind=kind
-    )
+    translator = Translator.load(model_dir)
+    result = run_explain(translator, sentence, layer=layer, head=head, position=position, kind=kind)
     click.echo(result.text(), nl=False)
     if html_path:
         from pathlib import Path
 
-        Path(html_path).write_text(result.html(), encoding="utf-8")
-        click.echo(f"page: {html_path}")
+        from heedful.visualize.html import render_step
+        from heedful.visualize.trace import build_trace
+
+        trace = build_trace(translator, sentence)
+        last = trace.model["encoder_layers" if kind == "encoder" else "decoder_layers"]
+        page = render_step(trace, kind, layer or last, head or 1, position)
+        Path(html_path).write_text(page, encoding="utf-8")
+        click.echo(f"viewer: {html_path}")
 
 
 @click.command()

@@ -1,85 +1,37 @@
 """`heedful explain`: one attention computation printed with the model's real numbers.
 
-For a Transformer, one layer, head and query position: the embeddings plus positional encoding,
-Q, K and V, the scores QKᵀ, the scaling by √d_k, the softmax and the weighted sum of V. For an
-RNN: h_t, the score of each encoder state, the softmax, the context c_t, [h_t; c_t] and the
-words it predicts. The numbers are captured from the model's own layers (forward hooks on the
-projections during one teacher-forced pass over the produced output), and the weights are
-checked against the ones the model returns, so what is printed is what the model computed.
+For a Transformer, one layer, head and query position: the layer's input x (embedding + positional
+encoding in layer 1, the previous layer's output after that), this head's q, k_j and v_j, the
+scores q·k_j, the scaling by √d_k, the mask, the softmax and weight_j × v_j summing to the head's
+output. For an RNN: h_t, the score of each encoder state, the softmax, the context c_t, [h_t; c_t]
+and the words it predicts. The numbers are captured from the model's own layers (forward hooks
+during one teacher-forced pass over the produced output, Translator.replay), recomputed in float64
+and checked against the weights and head output the model computed.
+
+Positions count from 1 and a position's label is the token read there: a source token, or for the
+decoder the token it reads at that step (<s>, y_1, ...), with the one it predicts in the heading.
 """
 
 from __future__ import annotations
 
-import html
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from heedful.data.batching import pad
-from heedful.data.tokenizers import EOS
-from heedful.decoding import Hypothesis
+from heedful.visualize.explain_rnn import check_rnn_request, explain_rnn
+from heedful.visualize.explanation import (
+    Explanation,
+    Output,
+    Section,
+    at,
+    first_rows,
+    produce,
+    rows,
+    vec,
+)
 from heedful.visualize.trace import check_index, check_kind
 
-
-@dataclass
-class Section:
-    title: str
-    lines: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Explanation:
-    """What explain computed: sections of text, and the softmax weights it printed."""
-
-    heading: str
-    sections: list[Section]
-    weights: torch.Tensor  # (keys,) the attention distribution explained
-    keys: list[str]  # labels of the keys (source or output tokens)
-
-    def text(self) -> str:
-        out = [self.heading, "=" * min(len(self.heading), 100)]
-        for s in self.sections:
-            out += ["", f"## {s.title}", *s.lines]
-        return "\n".join(out) + "\n"
-
-    def html(self) -> str:
-        body = "".join(
-            f"<section><h2>{html.escape(s.title)}</h2><pre>{html.escape(chr(10).join(s.lines))}</pre></section>"
-            for s in self.sections
-        )
-        return (
-            "<!doctype html><html><head><meta charset='utf-8'><title>heedful explain</title>"
-            "<style>body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;"
-            "padding:0 1rem;color:#222}pre{background:#f6f6f6;padding:.8rem;overflow-x:auto}"
-            "h1{font-size:1.3rem}h2{font-size:1.05rem;margin-top:1.6rem}</style></head><body>"
-            f"<h1>{html.escape(self.heading)}</h1>{body}</body></html>"
-        )
-
-
-def _vec(x: torch.Tensor, n: int = 6) -> str:
-    values = ", ".join(f"{v:+.4f}" for v in x.flatten()[:n].tolist())
-    more = ", …" if x.numel() > n else ""
-    return f"[{values}{more}]"
-
-
-def _row(labels: list[str], values: torch.Tensor, fmt: str = "{:+.4f}") -> list[str]:
-    width = max((len(label) for label in labels), default=1)
-    return [f"  {label:<{width}}  {fmt.format(v)}" for label, v in zip(labels, values.tolist())]
-
-
-ATTENTION_NAMES = {  # config.attention -> how explain names it
-    "bahdanau": "Bahdanau (additive)",
-    "luong-dot": "Luong dot",
-    "luong-general": "Luong general",
-    "luong-concat": "Luong concat",
-}
-SCORE_FORMULAS = {  # config.attention -> score(h_t, h̄_s) (Bahdanau et al. 2015; Luong et al. 2015)
-    "bahdanau": "vᵀ tanh(W_q h_t + W_k h̄_s)",
-    "luong-dot": "h_tᵀ h̄_s",
-    "luong-general": "h_tᵀ W_a h̄_s",
-    "luong-concat": "v_aᵀ tanh(W_a [h_t; h̄_s])",
-}
 KIND_NAMES = {
     "cross": "cross-attention",
     "encoder": "encoder self-attention",
@@ -87,24 +39,13 @@ KIND_NAMES = {
 }
 
 
-@dataclass
-class _Output:
-    """The greedy output explain looks into: src (1, S), the hypothesis, and the labels."""
-
-    src: torch.Tensor
-    hypothesis: Hypothesis
-    source_tokens: list[str]
-    output_tokens: list[str]  # T labels, </s> included when it finished
-
-
-def _produce(translator, sentence: str) -> _Output:
-    if not sentence.strip():
-        raise ValueError("empty sentence: give some text to explain")
-    src = pad([translator.src_tokenizer.encode(sentence)]).to(translator.device)  # (1, S)
-    [[hyp]] = translator.search(src, num_beams=1, n_best=1)
-    tgt = translator.tgt_tokenizer
-    output_tokens = [tgt.id_to_token(i) for i in hyp.tokens] + ([EOS] if hyp.finished else [])
-    return _Output(src, hyp, translator.src_tokenizer.tokens(sentence), output_tokens)
+def _query_name(kind: str, out: Output, qi: int) -> str:
+    if kind == "encoder":
+        return f"query: source position {qi + 1} {out.source_tokens[qi]!r}"
+    return (
+        f"query: decoder position {qi + 1}, which reads {out.inputs[qi]!r} "
+        f"and predicts {out.output_tokens[qi]!r}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,41 +55,43 @@ def _produce(translator, sentence: str) -> _Output:
 
 @dataclass
 class _Head:
-    """One query of one head, recomputed from the projections the model's pass captured."""
+    """One query of one head, recomputed in float64 from what the model's pass captured."""
 
     head: int  # 0-based
-    query: int
+    query: int  # 0-based
     d_k: int
     keys: list[str]  # labels of the key positions
     captured: dict[str, tuple[torch.Tensor, torch.Tensor]]  # module -> (its input, its output)
+    allowed: torch.Tensor  # (keys,) bool, False where the mask hides the key
     q: torch.Tensor  # (d_k,)
     k: torch.Tensor  # (keys, d_k)
+    v: torch.Tensor  # (keys, d_k)
     raw: torch.Tensor  # (keys,) q·k_j
-    scaled: torch.Tensor  # (keys,) q·k_j / √d_k
-    weights: torch.Tensor  # (keys,) the softmax
+    weights: torch.Tensor  # (keys,) softmax of the scaled, masked scores
     context: torch.Tensor  # (d_k,) Σ_j weight_j · v_j
+    model_context: torch.Tensor  # (d_k,) this head's slice of what the model fed to W_O
 
 
-def _attention_module(model, kind: str, layer: int | None, head: int):
-    """The MultiHeadAttention of `kind` in the chosen layer, with 0-based layer and head."""
+def _attention_module(model, kind: str, layer: int | None, head: int | None):
+    """The layer block and the MultiHeadAttention of `kind`, with 0-based layer and head."""
     layers = model.encoder_layers if kind == "encoder" else model.decoder_layers
     where = "encoder" if kind == "encoder" else "decoder"
     layer = len(layers) if layer is None else layer
     li = check_index("layer", layer, len(layers), f"{where} layer")
     block = layers[li]
     mha = block.cross_attn if kind == "cross" else block.self_attn
-    return mha, li, check_index("head", head, mha.num_heads, "head", "each layer")
+    hi = check_index("head", 1 if head is None else head, mha.num_heads, "head", "each layer")
+    return block, mha, li, hi
 
 
-def _replay_capturing(translator, out: _Output, mha, embed):
-    """Translator.replay with forward hooks on the embedding and on W_Q, W_K, W_V: the model's
-    own inputs and outputs of each, and its attention maps."""
+def _replay_capturing(translator, out: Output, modules: dict):
+    """Translator.replay with forward hooks on `modules`: each one's input and output as the
+    model computed them, and the model's attention maps."""
     captured: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def keep(name):
         return lambda _module, args, output: captured.__setitem__(name, (args[0], output))
 
-    modules = {"w_q": mha.w_q, "w_k": mha.w_k, "w_v": mha.w_v, "embed": embed}
     hooks = [module.register_forward_hook(keep(name)) for name, module in modules.items()]
     try:
         maps = translator.replay(out.src, out.hypothesis).attention
@@ -159,184 +102,156 @@ def _replay_capturing(translator, out: _Output, mha, embed):
 
 
 def _recompute(captured, kind: str, head: int, query: int, d_k: int, keys: list[str]) -> _Head:
-    """softmax(q·kᵀ / √d_k) and the weighted sum of V for one query of one head, from the
-    projections the model computed."""
+    """softmax(q·kᵀ / √d_k) with the mask, and Σ_j weight_j v_j, for one query of one head,
+    in float64 from the projections the model computed."""
     cols = slice(head * d_k, (head + 1) * d_k)  # this head's slice of Q, K, V
-    q = captured["w_q"][1][0, query, cols]  # (d_k,)
-    k = captured["w_k"][1][0, :, cols]  # (keys, d_k)
-    v = captured["w_v"][1][0, :, cols]  # (keys, d_k)
+    q = captured["w_q"][1][0, query, cols].double()  # (d_k,)
+    k = captured["w_k"][1][0, :, cols].double()  # (keys, d_k)
+    v = captured["w_v"][1][0, :, cols].double()  # (keys, d_k)
     raw = k @ q  # q·k_j for every key j
-    scaled = raw / math.sqrt(d_k)
-    allowed = torch.ones_like(scaled, dtype=torch.bool)
+    allowed = torch.ones_like(raw, dtype=torch.bool)
     if kind == "decoder":
-        allowed[query + 1 :] = False  # causal: no looking ahead
-    weights = torch.softmax(scaled.masked_fill(~allowed, float("-inf")), dim=0)
-    keys = keys[: len(weights)]
-    return _Head(head, query, d_k, keys, captured, q, k, raw, scaled, weights, weights @ v)
+        allowed[query + 1 :] = False  # causal: position t may not look at j > t
+    weights = torch.softmax((raw / math.sqrt(d_k)).masked_fill(~allowed, float("-inf")), dim=0)
+    model_context = captured["w_o"][0][0, query, cols].double()  # the heads, concatenated
+    return _Head(head, query, d_k, keys[: len(raw)], captured, allowed, q, k, v, raw,
+                 weights, weights @ v, model_context)  # fmt: skip
 
 
-def _projection_sections(model, h: _Head, kind: str, inputs: list[str]) -> list[Section]:
-    """Steps 1-2: the layer's input x, and this head's q, K and V."""
-    token_ids, embedded = h.captured["embed"]
-    query_in, q_all = h.captured["w_q"]
-    key_in, k_all = h.captured["w_k"]
-    v_all = h.captured["w_v"][1]
-    scale, d_model = model.src_embed.scale, model.src_embed.tokens.embedding_dim
-    first, qi = h.head * h.d_k, h.query
-    return [
-        Section(
-            "1. Embeddings + positional encoding",
-            [
-                f"{len(token_ids[0])} input tokens; x = embedding · √d_model "
-                f"(√{d_model} = {scale:.2f}) + PE, shape {tuple(embedded.shape[1:])}",
-                f"x[{qi + 1}] ({inputs[qi]!r}) = {_vec(embedded[0, qi])}",
-            ],
-        ),
-        Section(
-            "2. Queries, keys and values (learned projections, this head's slice)",
-            [
-                f"the layer's input at the query position: {_vec(query_in[0, qi])}",
-                f"Q = x W_Q: shape {tuple(q_all.shape[1:])}; head {h.head + 1} uses dimensions "
-                f"{first}..{first + h.d_k - 1} (d_k = {h.d_k})",
-                f"q = {_vec(h.q)}",
-                f"K = {'memory' if kind == 'cross' else 'x'} W_K: shape {tuple(k_all.shape[1:])}; "
-                f"V: shape {tuple(v_all.shape[1:])}; keys come from {len(key_in[0])} positions",
-                *[
-                    f"  k[{j + 1}] {h.keys[j]!r:<14} {_vec(h.k[j], 4)}"
-                    for j in range(min(len(h.keys), 8))
-                ],
-            ],
-        ),
-    ]
+def _input_section(model, kind: str, li: int, h: _Head, read: list[str]) -> Section:
+    """Step 1: the layer's input x, and what the projections read of it."""
+    x = h.captured["layer"][0][0]  # (positions, D)
+    stack = "encoder" if kind == "encoder" else "decoder"
+    embed = model.src_embed if kind == "encoder" else model.tgt_embed
+    if li == 0:
+        title = "1. The layer's input x: embeddings + positional encoding"
+        what = (f"x_j = embedding(token_j) · √d_model (√{embed.tokens.embedding_dim} = "
+                f"{embed.scale:.2f}) + PE(j)")  # fmt: skip
+    else:
+        title = f"1. The layer's input x: the output of {stack} layer {li}"
+        what = (f"x = the output of {stack} layer {li} (only layer 1 reads embeddings + "
+                "positional encoding; each later layer reads the one before it)")  # fmt: skip
+    lines = [f"{what}; shape {tuple(x.shape)}", f"{at('x', read, h.query)} = {vec(x[h.query])}"]
+    name, meaning = _what_q_reads(kind, _norm_first(model))
+    if name != "x":
+        q_in = h.captured["w_q"][0][0]  # (positions, D)
+        lines += [meaning, f"{at(name, read, h.query)} = {vec(q_in[h.query])}"]
+    return Section(title, lines)
+
+
+def _norm_first(model) -> bool:
+    """Pre-norm (True) or post-norm, the same in every layer of a model."""
+    return model.encoder_layers[0].attn_block.norm_first
+
+
+def _what_q_reads(kind: str, norm_first: bool) -> tuple[str, str]:
+    """The name of what W_Q reads, and a line saying what it is and what K and V read."""
+    if kind == "cross":
+        h = "LayerNorm(x')" if norm_first else "LayerNorm(x + SelfAttention(x))"
+        after = ", x' = x + SelfAttention(LayerNorm(x))" if norm_first else ""
+        return "h", (
+            f"cross-attention: Q reads h = {h}{after}, the output of this layer's self-attention "
+            "sublayer; K and V read the encoder's output (memory), the same in every decoder layer"
+        )
+    if norm_first:
+        return "LN(x)", "pre-norm (Xiong et al. 2020): Q, K and V read LN(x) = LayerNorm(x)"
+    return "x", ""
+
+
+def _projection_section(kind: str, h: _Head, mha, q_reads: str) -> Section:
+    """Step 2: this head's q, and k_j, v_j of every key; q_reads names what W_Q reads."""
+    first = h.head * h.d_k
+    source = "memory" if kind == "cross" else q_reads
+    kv = [f"k = {vec(h.k[j], 4)}  v = {vec(h.v[j], 4)}" for j in range(len(h.keys))]
+    labels = [at("k", h.keys, j) for j in range(len(h.keys))]
+    return Section(
+        "2. Queries, keys and values (learned projections, this head's slice)",
+        [
+            f"Q = {q_reads} W_Q, K = {source} W_K, V = {source} W_V: {mha.d_model} wide each; head "
+            f"{h.head + 1} of {mha.num_heads} uses dimensions {first}..{first + h.d_k - 1} "
+            f"(d_k = {h.d_k})",
+            f"q = {vec(h.q)}",
+            f"{len(h.keys)} keys, each with its value (first 4 dimensions):",
+            *first_rows(rows(labels, kv), len(h.keys), "keys"),
+        ],
+    )
+
+
+def _masked(h: _Head, values: torch.Tensor, fmt: str, hidden: str) -> list[str]:
+    labels = [at("k", h.keys, j) for j in range(len(h.keys))]
+    cells = [fmt.format(v) if ok else hidden for v, ok in zip(values.tolist(), h.allowed)]
+    return rows(labels, cells)
 
 
 def _score_sections(h: _Head, mha) -> list[Section]:
-    """Steps 3-6: scores, scaling, softmax, weighted sum."""
-    labels = [repr(t) for t in h.keys]
+    """Steps 3-6: scores, scaling and mask, softmax, weighted sum of the values."""
+    scale, hidden = math.sqrt(h.d_k), int((~h.allowed).sum())
+    mask_line = (
+        [f"masked: the {hidden} future positions j > {h.query + 1} (the causal mask: the "
+         "decoder may not look ahead) get −∞, so exp(−∞) = 0"] if hidden else []
+    )  # fmt: skip
+    keep = [j for j in range(len(h.keys)) if h.allowed[j]]
+    parts = [f"{float(h.weights[j]):.4f} × {vec(h.v[j], 4)}" for j in keep]
     return [
-        Section("3. Scores q·kᵀ", _row(labels, h.raw)),
+        Section("3. Scores q·k_j", _masked(h, h.raw, "{:+.4f}", "masked (future position)")),
         Section(
-            f"4. Scaled by √d_k = √{h.d_k} = {math.sqrt(h.d_k):.3f} "
-            "(so the softmax does not saturate)",
-            _row(labels, h.scaled),
+            f"4. Scaled by √d_k = √{h.d_k} = {scale:.3f} (so the softmax does not saturate), "
+            "then the mask",
+            [*mask_line, *_masked(h, h.raw / scale, "{:+.4f}", "−∞  (masked)")],
         ),
         Section(
-            "5. Softmax → attention weights (masked keys get 0; the row sums to 1)",
-            [*_row(labels, h.weights, "{:.4f}"), f"  sum = {float(h.weights.sum()):.4f}"],
-        ),
+            "5. Softmax → attention weights (the row sums to 1)",
+            [
+                *_masked(h, h.weights, "{:.4f}", "0       (masked)"),
+                f"  sum = {float(h.weights.sum()):.4f}",
+            ],
+        ),  # fmt: skip
         Section(
             "6. Weighted sum of V → this head's output",
             [
-                f"Σ_j weight_j · v_j = {_vec(h.context)}  (shape {tuple(h.context.shape)})",
+                "weight_j × v_j (first 4 dimensions)"
+                + (f"; the {hidden} masked keys add 0" if hidden else ""),
+                *first_rows(rows([at("v", h.keys, j) for j in keep], parts), len(keep), "terms"),
+                f"Σ_j weight_j · v_j = {vec(h.context)}  (shape {tuple(h.context.shape)})",
+                f"the model's head output   {vec(h.model_context)}",
                 f"the {mha.num_heads} heads' outputs are concatenated and mixed by W_O into "
-                f"the layer's {mha.d_model}-wide output",
+                f"the layer's {mha.d_model}-wide attention output:",
+                f"  {vec(h.captured['w_o'][1][0, h.query])}",
             ],
         ),
     ]
 
 
-def _explain_transformer(translator, out: _Output, kind, layer, head, position) -> Explanation:
-    model = translator.model
-    mha, li, hi = _attention_module(model, kind, layer, head)
-    source, output = out.source_tokens, out.output_tokens
-    inputs = ["<s>", *output[:-1]]  # what the decoder read: <s> y_1 .. y_{T-1}
-    queries = source if kind == "encoder" else output
-    keys = inputs if kind == "decoder" else source
+def _explain_transformer(translator, out: Output, kind, chosen, position) -> Explanation:
+    model, (block, mha, li, hi) = translator.model, chosen
+    queries = out.source_tokens if kind == "encoder" else out.output_tokens
     sequence = "the source" if kind == "encoder" else "the output"
     qi = check_index("position", position, len(queries), "token", sequence)
-    embed = model.src_embed if kind == "encoder" else model.tgt_embed
-    captured, maps = _replay_capturing(translator, out, mha, embed)
-    h = _recompute(captured, kind, hi, qi, mha.d_head, keys)
-    model_weights = {"cross": maps.cross, "encoder": maps.encoder, "decoder": maps.decoder}[kind]
-    if not torch.allclose(h.weights, model_weights[0, li, hi, qi], atol=1e-5):
-        raise RuntimeError("explain's recomputation disagrees with the model's weights")
-    heading = f"{KIND_NAMES[kind]}, layer {li + 1}, head {hi + 1}, query {qi + 1} ({queries[qi]!r})"
-    sections = _projection_sections(model, h, kind, source if kind == "encoder" else inputs)
-    return Explanation(heading, sections + _score_sections(h, mha), h.weights, h.keys)
-
-
-# ---------------------------------------------------------------------------------------------
-# RNN: one step of Bahdanau or Luong attention (Luong et al. 2015's notation)
-# ---------------------------------------------------------------------------------------------
-
-
-def _rnn_sections(translator, out: _Output, ti: int, maps, states, top: int) -> list[Section]:
-    decoder, source = translator.model.decoder, out.source_tokens
-    h_t = maps.decoder_states[0, ti]  # (N,)
-    scores = maps.scores[0, 0, 0, ti]  # (S,)
-    weights = maps.cross[0, 0, 0, ti]  # (S,)
-    context = maps.contexts[0, ti]  # (N,)
-    combined = torch.cat([h_t, context])
-    with torch.no_grad():
-        attentional = torch.tanh(decoder.combine(combined))  # h̃_t = tanh(W_c [h_t; c_t])
-        probs = decoder.generator(attentional).softmax(-1)
-    best = probs.topk(min(top, probs.numel()))
-    tgt = translator.tgt_tokenizer
-    labels = [repr(t) for t in source]
-    formula = SCORE_FORMULAS[translator.config.attention]
-    return [
-        Section(
-            "1. Encoder states h̄_s (one per source token)",
-            [
-                f"shape {tuple(states.shape)}",
-                *[
-                    f"  h̄[{j + 1}] {source[j]!r:<14} {_vec(states[j], 4)}"
-                    for j in range(min(len(source), 8))
-                ],
-            ],
-        ),
-        Section(
-            "2. Decoder state h_t = RNN(embedding(previous word), h_{t-1})",
-            [
-                f"previous word: {(['<s>'] + out.output_tokens)[ti]!r}",
-                f"h_t = {_vec(h_t)}  (shape {tuple(h_t.shape)})",
-            ],
-        ),
-        Section(f"3. Score of each encoder state: {formula}", _row(labels, scores)),
-        Section(
-            "4. Softmax → attention weights a_t(s)",
-            [*_row(labels, weights, "{:.4f}"), f"  sum = {float(weights.sum()):.4f}"],
-        ),
-        Section(
-            "5. Context c_t = Σ_s a_t(s) h̄_s",
-            [f"c_t = {_vec(context)}", f"check: Σ a·h̄ = {_vec(weights @ states)}"],
-        ),
-        Section(
-            "6. [h_t; c_t] → tanh(W_c [h_t; c_t]) → softmax(W_o ·)",
-            [
-                f"[h_t; c_t] = {_vec(combined)}  (shape {tuple(combined.shape)})",
-                f"h̃_t = {_vec(attentional)}",
-                "top predicted words:",
-                *[
-                    f"  {tgt.id_to_token(int(i))!r:<16} p = {float(p):.4f}"
-                    for p, i in zip(best.values, best.indices)
-                ],
-            ],
-        ),
-    ]
-
-
-def _explain_rnn(translator, out: _Output, position: int, top: int) -> Explanation:
-    attention = translator.config.attention
-    if attention == "none":
-        raise ValueError("this RNN has no attention (rnn-none): there is no computation to explain")
-    ti = check_index("position", position, len(out.output_tokens), "token", "the output")
-    maps = translator.replay(out.src, out.hypothesis).attention
-    with torch.no_grad():
-        states = translator.model.encode(out.src).states[0]  # (S, N)
-    heading = (
-        f"{ATTENTION_NAMES[attention]} attention, output step {ti + 1} "
-        f"(producing {out.output_tokens[ti]!r})"
+    hooks = {"layer": block, "w_q": mha.w_q, "w_k": mha.w_k, "w_v": mha.w_v, "w_o": mha.w_o}
+    captured, maps = _replay_capturing(translator, out, hooks)
+    read = out.source_tokens if kind == "encoder" else out.inputs  # the token at each position
+    h = _recompute(
+        captured, kind, hi, qi, mha.d_head, read if kind != "cross" else out.source_tokens
     )
-    sections = _rnn_sections(translator, out, ti, maps, states, top)
-    return Explanation(heading, sections, maps.cross[0, 0, 0, ti], list(out.source_tokens))
+    model_weights = {"cross": maps.cross, "encoder": maps.encoder, "decoder": maps.decoder}[kind]
+    agree = torch.allclose(h.weights.float(), model_weights[0, li, hi, qi], atol=1e-5)
+    if not agree or not torch.allclose(h.context, h.model_context, atol=1e-4):
+        raise RuntimeError("explain's recomputation disagrees with the model's own numbers")
+    heading = f"{KIND_NAMES[kind]}, layer {li + 1}, head {hi + 1}; {_query_name(kind, out, qi)}"
+    q_reads = _what_q_reads(kind, _norm_first(model))[0]
+    sections = [
+        _input_section(model, kind, li, h, read),
+        _projection_section(kind, h, mha, q_reads),
+    ]
+    return Explanation(heading, sections + _score_sections(h, mha), h.weights, h.keys,
+                       h.context, h.model_context)  # fmt: skip
 
 
 def explain(
     translator,
     sentence: str,
     layer: int | None = None,
-    head: int = 1,
+    head: int | None = None,
     position: int = 1,
     kind: str = "cross",
     top: int = 5,
@@ -345,13 +260,13 @@ def explain(
 
     kind: "cross" (an output position attending over the source), "encoder" or "decoder"
     self-attention (Transformer only). layer/head/position count from 1; layer defaults to the
-    last one; position is the query: an output step (cross, decoder) or a source token (encoder).
+    last one, head to the first (an RNN has neither: leave them out); position is the query: an
+    output step (cross, decoder) or a source token (encoder).
     top: how many predicted words an RNN explanation lists.
     """
-    check_kind(kind)
-    out = _produce(translator, sentence)
-    if translator.config.arch == "transformer":
-        return _explain_transformer(translator, out, kind, layer, head, position)
-    if kind != "cross":
-        raise ValueError(f"an RNN model has no {kind} self-attention; explain kind 'cross'")
-    return _explain_rnn(translator, out, position, top)
+    check_kind(kind)  # what the model lacks is refused before translating
+    if translator.config.arch != "transformer":
+        check_rnn_request(translator, kind, layer, head)
+        return explain_rnn(translator, produce(translator, sentence), position, top)
+    chosen = _attention_module(translator.model, kind, layer, head)
+    return _explain_transformer(translator, produce(translator, sentence), kind, chosen, position)

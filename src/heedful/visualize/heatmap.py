@@ -23,6 +23,7 @@ from heedful.visualize.trace import Trace, check_index, check_kind
 LABEL_PITCH = 1.5  # room per tick label along its axis, in multiples of its font size
 POINT = 1 / 72  # inches
 CMAP = "viridis"
+RNN_PANEL = "an RNN has one attention\n(no layers or heads)"
 
 
 def _label(token: str) -> str:
@@ -137,38 +138,52 @@ class _Maps:
     col_name: str
     stack: str  # whose layers: "decoder" or "encoder"
     name: str  # "cross attention", ...
+    rnn: bool  # an RNN: one attention distribution per step, no layers or heads
+
+
+def check_view(model: dict, kind: str, layer=None, head=None, grid=False) -> None:
+    """Refuse, before anything is drawn (or translated), a view the model does not have.
+
+    model: a trace's "model" (arch, attention, encoder_layers, decoder_layers, heads).
+    """
+    check_kind(kind)
+    if model["arch"] == "rnn" and kind != "cross":
+        raise ValueError(
+            f"an RNN model has no {kind} self-attention (only a Transformer's layers attend to "
+            "their own sequence); use --kind cross (kind='cross')"
+        )
+    if model["attention"] == "none":
+        raise ValueError(
+            f"this {model['arch']} model has no attention (attention: 'none'), so no cross "
+            "attention: its decoder sees the source only through the encoder's final state"
+        )
+    stack = "encoder" if kind == "encoder" else "decoder"
+    if layer is not None:
+        check_index("layer", layer, model[f"{stack}_layers"], f"{stack} layer")
+    if head is not None:
+        check_index("head", head, model["heads"], "head")
+    if grid and head is not None:
+        raise ValueError("grid=True draws every head; leave head unset (or drop grid)")
 
 
 def _trace_maps(trace: Trace, kind: str, hypothesis: int) -> _Maps:
-    check_kind(kind)
     count = len(trace.hypotheses)
     if not 0 <= hypothesis < count:
         raise ValueError(
             f"hypothesis {hypothesis} out of range: the trace has {count} (numbered from 0)"
         )
-    hyp, model = trace.hypotheses[hypothesis], trace.model
+    hyp, rnn = trace.hypotheses[hypothesis], trace.model["arch"] == "rnn"
     src, out = list(trace.source_tokens), list(hyp.tokens)
     if kind == "cross":
-        if hyp.cross_attention is None:
-            raise ValueError(
-                f"this {model['arch']} model has no attention (attention: "
-                f"{model['attention']!r}), so no cross attention: its decoder sees the source "
-                "only through the encoder's final state"
-            )
         weights = np.asarray(hyp.cross_attention, dtype=float).transpose(1, 2, 0, 3)  # L H T S
-        return _Maps(weights, out, src, "output", "source", "decoder", "cross attention")
+        return _Maps(weights, out, src, "output", "source", "decoder", "cross attention", rnn)
     own = trace.encoder_self_attention if kind == "encoder" else hyp.decoder_self_attention
-    if own is None:
-        raise ValueError(
-            f"an RNN model has no {kind} self-attention (only a Transformer's layers attend to "
-            "their own sequence); use kind='cross'"
-        )
     weights = np.asarray(own, dtype=float)  # (L, H, S, S) or (L, H, T, T)
     if kind == "encoder":
         return _Maps(weights, src, src, "source (query)", "source (key)", "encoder",
-                     "encoder self-attention")  # fmt: skip
+                     "encoder self-attention", rnn)  # fmt: skip
     return _Maps(weights, out, out, "output (query)", "output (key)", "decoder",
-                 "decoder self-attention")  # fmt: skip
+                 "decoder self-attention", rnn)  # fmt: skip
 
 
 def _trace_title(trace: Trace, hypothesis: int) -> str:
@@ -179,15 +194,10 @@ def _trace_title(trace: Trace, hypothesis: int) -> str:
 
 def _trace_figure(trace, kind="cross", layer=None, head=None, grid=False, hypothesis=0):
     """The figure plot_trace saves (tests measure its labels)."""
+    check_view(trace.model, kind, layer, head, grid)
     maps = _trace_maps(trace, kind, hypothesis)
     num_layers, num_heads = maps.weights.shape[:2]
-    if layer is not None:
-        check_index("layer", layer, num_layers, f"{maps.stack} layer")
-    if head is not None:
-        check_index("head", head, num_heads, "head")
     if grid:
-        if head is not None:
-            raise ValueError("grid=True draws every head; leave head unset (or drop grid)")
         layers = range(1, num_layers + 1) if layer is None else [layer]
         return _grid_figure(maps, list(layers), _trace_title(trace, hypothesis))
     layer = num_layers if layer is None else layer
@@ -221,6 +231,9 @@ def _grid_figure(maps: _Maps, layers: list[int], title: str):
             image = ax.imshow(maps.weights[layer - 1, h], cmap=CMAP, vmin=0, vmax=1,
                               aspect="auto", interpolation="nearest")  # fmt: skip
             _ticks(ax, rows, cols, fy, fx, x=r == len(layers) - 1, y=h == 0)
+            if maps.rnn:  # one distribution per step: no layer or head to name
+                ax.set_title(RNN_PANEL, fontsize=9)
+                continue
             if r == 0:
                 ax.set_title(f"head {h + 1}", fontsize=9)
             if h == 0:

@@ -26,11 +26,13 @@ def plot_positional(d_model: int, length: int, path: str | Path) -> Path:
     height = float(np.clip(2 + length * 0.05, 3.5, 12))
     fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
     image = ax.imshow(pe, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    ax.set_xlabel("dimension i")
+    # j, not the formula's i: dimension j = 2i holds a sine, j = 2i + 1 a cosine
+    ax.set_xlabel(f"embedding dimension j = 0..{d_model - 1}  (j = 2i: sin, j = 2i+1: cos)")
     ax.set_ylabel("position pos")
     ax.set_title(
         f"sinusoidal positional encoding, d_model = {d_model}\n"
-        "PE[pos, 2i] = sin(pos / 10000^(2i/d)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d))",
+        "PE[pos, 2i] = sin(pos / 10000^(2i/d_model))\n"
+        "PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model))",
         fontsize=10,
     )
     fig.colorbar(image, ax=ax, label="PE value", shrink=0.9)
