@@ -1,9 +1,9 @@
 """heedful serve as users run it: `python -m heedful serve` in its own process, over TCP.
 
 Only what needs a whole process stays here: SIGTERM with a request in flight, an unchanged
-LibreTranslate client from PyPI, schemathesis fuzzing of /openapi.json, and the web page in
-headless Chromium (screenshot in tests/artifacts/server-page.png). The rest of the API is
-tested in this process (test_app.py; connections and hostile clients: test_hostile.py).
+LibreTranslate client from PyPI and schemathesis fuzzing of /openapi.json; the web page and
+the API docs in headless Chromium are in test_page.py. The rest of the API is tested in this
+process (test_app.py; connections and hostile clients: test_hostile.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import json
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
@@ -23,9 +22,6 @@ from schemathesis.checks import negative_data_rejection
 from heedful.server import translate_request
 
 from .helpers import LIMITS, Server, assert_clean_exit, flags, ok
-
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
 @pytest.fixture(scope="module")
@@ -147,70 +143,3 @@ def test_sigterm_lets_the_request_in_flight_finish(model_dir, tmp_path):
     assert "Shutting down" in running.output()
     with pytest.raises(requests.ConnectionError):  # and it is gone
         requests.get(running.url + "/health", timeout=5)
-
-
-# ---- the web page, in headless Chromium -------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def chromium(tmp_path_factory):
-    """Headless Chromium that can reach 127.0.0.1 and nothing else (see tests/visualize)."""
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
-    if missing:
-        pytest.fail(f"{', '.join(missing)} not found: apt-get install chromium chromium-driver")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = str(CHROMIUM)
-    for argument in ("--headless", "--no-sandbox", "--disable-gpu",
-                     "--disable-background-networking", "--disable-component-update",
-                     "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-                     "--window-size=1360,1000", "--force-device-scale-factor=1",
-                     f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):  # fmt: skip
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(120)
-    driver.set_script_timeout(60)
-    yield driver
-    driver.quit()
-
-
-def test_the_page_translates_and_shows_the_attention(server, chromium, translator):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver = chromium
-    driver.get(server.url + "/")
-    text = "the dog runs"
-    driver.find_element("id", "source-input").send_keys(text)
-    driver.find_element("id", "translate-button").click()
-    wait = WebDriverWait(driver, 60)
-    wait.until(lambda d: d.find_element("id", "translation").text)
-    assert driver.find_element("id", "translation").text == (
-        translator.translate([text], num_beams=1)[0].text
-    )
-    frame = driver.find_element("id", "viewer-frame")
-    driver.switch_to.frame(frame)
-    try:
-        wait.until(lambda d: d.execute_script("return !!window.heedfulViewer"))
-        assert driver.find_element("id", "source-text").text == text
-        assert driver.find_element("id", "panel-matrix").is_displayed()
-        colours = driver.execute_script(
-            """const c = document.getElementById("matrix-canvas");
-            const data = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
-            const seen = new Set();
-            for (let i = 0; i < data.length; i += 4 * 5) seen.add(data[i] + "," + data[i + 1]);
-            return seen.size;"""
-        )
-        assert colours >= 10, colours  # a drawn heatmap, not a blank canvas
-    finally:
-        driver.switch_to.default_content()
-    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-    assert not severe, severe
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    driver.set_window_size(1360, 1600)
-    driver.save_screenshot(str(ARTIFACTS / "server-page.png"))
-    assert json.loads(driver.execute_script("return JSON.stringify(heedfulPage.last.attention)"))

@@ -102,10 +102,13 @@ def test_requests_over_the_limits_are_refused_before_any_work(fields, message):
 
 
 def test_attention_is_refused_when_its_estimate_is_over_the_limit():
-    # a text of 10 tokens and up to 15 output tokens: 32,800 bytes for the default Transformer
-    service = TranslationService(FakeTranslator(), replace(LIMITS, max_attention_bytes=40_000))
+    # a text of 10 tokens and up to 15 output tokens (+ </s>) in the default Transformer: the
+    # limit lets one such trace through, not two
+    one = estimated_json_bytes(ModelConfig(), 10, GENERATION.max_output_length(10) + 1, 1)
+    limit = one * 3 // 2
+    service = TranslationService(FakeTranslator(), replace(LIMITS, max_attention_bytes=limit))
     assert service.plan(request("a" * 10, return_attention=True))[1] is True
-    with pytest.raises(ApiError, match=r"could take 65,600 bytes; the limit is 40,000"):
+    with pytest.raises(ApiError, match=rf"could take {2 * one:,} bytes; the limit is {limit:,}"):
         service.plan(request("a" * 10, "b" * 10, return_attention=True))
     assert plan(service, "a" * 10, "b" * 10)  # without attention, size does not matter
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from heedful.server.batcher import Batcher
 from heedful.server.body import read_fields
 from heedful.server.connections import uvicorn_config
+from heedful.server.docs import ASSETS, assets_dir, swagger_page
 from heedful.server.limits import DEFAULT_LIMITS, ApiError, ServerLimits
 from heedful.server.openapi import answer_schemas, responses
 from heedful.server.page import index_page, language_name
@@ -143,11 +144,14 @@ def create_app(
         summary="Translate with an attention seq2seq model; LibreTranslate-compatible.",
         version=_version(),
         lifespan=lifespan,
+        docs_url=None,  # _add_docs_routes serves it offline
+        redoc_url=None,  # off: ReDoc fetches its logo from a CDN (docs.py)
     )
     app.state.heedful = state
     _add_error_handlers(app)
     _add_translation_routes(app, state)
     _add_status_routes(app, state)
+    _add_docs_routes(app)
     return app
 
 
@@ -291,6 +295,18 @@ def _add_status_routes(app, state: _State) -> None:
             beams = service.translator.generation.num_beams
             page.append(index_page(state.languages, state.limits, beams))
         return HTMLResponse(page[0])
+
+
+def _add_docs_routes(app) -> None:
+    """/docs, with Swagger UI's files served from here (docs.py): no CDN."""
+    from starlette.responses import HTMLResponse
+    from starlette.staticfiles import StaticFiles
+
+    app.mount(ASSETS, StaticFiles(directory=assets_dir()), name="docs-assets")
+
+    @_get(app, "/docs", include_in_schema=False)
+    async def swagger_ui():
+        return HTMLResponse(swagger_page(app.title))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""The web page at GET /: a form, and the viewer of heedful.visualize.html in an iframe.
+"""The web page at GET /: a form with example inputs, and the viewer of heedful.visualize.html
+(the translation, the beam's hypotheses and the attention) in an iframe as tall as its content.
 
 The page is assets/index.html with assets/page.css and assets/page.js inlined (it loads nothing,
 so it works offline); its data, the language pair and viewer_template()'s pieces of the viewer
-page, is JSON in a <script> element, which page.js fills with each answer's trace.
+page, is JSON in a <script> element, which page.js fills with each answer's trace. The viewer
+stays in an iframe, not in the page itself: its ids, styles and script then cannot clash with
+the page's, whatever the viewer grows into.
 """
 
 from __future__ import annotations
@@ -25,8 +28,41 @@ LANGUAGE_NAMES = {
 }  # fmt: skip
 
 
+# Inputs to try, by the model's source language (or demo task): short sentences a model of it
+# can read. One not listed gets none: the page does not guess what a model was trained on.
+EXAMPLES = {
+    "en": ("A man rides a bike.", "Two dogs are playing in the snow.",
+           "A little girl is reading a book."),
+    "de": ("Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.",
+           "Ein kleines Mädchen liest ein Buch."),
+    "fr": ("Un homme fait du vélo.", "Deux chiens jouent dans la neige.",
+           "Une petite fille lit un livre."),
+    "es": ("Un hombre anda en bicicleta.", "Dos perros juegan en la nieve.",
+           "Una niña lee un libro."),
+    # heedful demo --task dialogue: the illustrated seq2seq articles' chatbot (data/dialogue.py)
+    "dialogue": ("Hi, How are you?", "What is your name?", "Hello, how is it going?"),
+}  # fmt: skip
+
+
 def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
+
+
+def examples(source: str) -> tuple[str, ...]:
+    """The example inputs for a model that reads `source`; the dates models of `heedful demo`
+    (source "dates") get one date in the task's own formats."""
+    if source == "dates":
+        from heedful.data.tasks import DATE_FORMAT_EXAMPLES
+
+        return tuple(DATE_FORMAT_EXAMPLES)
+    return EXAMPLES.get(source, ())
+
+
+def _examples_html(texts: tuple[str, ...]) -> str:
+    if not texts:
+        return ""
+    buttons = "".join(f'<button type="button">{escape(text)}</button>' for text in texts)
+    return f'  <div id="examples" class="examples"><span>Try:</span>{buttons}</div>'
 
 
 @functools.cache
@@ -46,6 +82,7 @@ def index_page(languages: tuple[str, str], limits: ServerLimits, default_beams: 
         "SRC": escape(src),
         "MAXCHARS": str(limits.max_chars),
         "BEAMS": beams,
+        "EXAMPLES": _examples_html(examples(src)),
         "DATA": for_script(data),
         # the files end with a newline, which the template has already
         "CSS": _asset("page.css").removesuffix("\n"),

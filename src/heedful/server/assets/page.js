@@ -1,60 +1,74 @@
-(function () {
-  "use strict";
-  const $ = (id) => document.getElementById(id);
-  const page = JSON.parse($("page-data").textContent);
-  const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (c) =>
-    ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;" })[c]);
-  const scriptJson = (data) => JSON.stringify(data).replace(/[<>&\u2028\u2029]/g, (c) =>
-    "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
-  // the viewer page of heedful.visualize.html, with this trace in its slots
-  function viewerPage(trace) {
-    const values = { source: escapeHtml(trace.source), trace: scriptJson(trace),
-      output: escapeHtml(trace.hypotheses[0].text) };
-    const fill = (part) => (typeof part === "string" ? part : values[part.slot]);
-    return page.viewer.map(fill).join("");
+// The page's script: the form, the examples, and the viewer's frame sized to the viewer.
+// index.html wraps it in a strict function scope: it leaves only window.heedfulPage.
+
+const $ = (id) => document.getElementById(id);
+const page = JSON.parse($("page-data").textContent);
+const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (c) =>
+  ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;" })[c]);
+const scriptJson = (data) => JSON.stringify(data).replace(/[<>&\u2028\u2029]/g, (c) =>
+  "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+// The frame is as tall as the viewer (fit), so the viewer's own scrollbar is off, and so is
+// its height limit on figures: in a frame that grows with its content, 78vh would grow too.
+const EMBEDDED = "<style>html { overflow-y: hidden; } " +
+  ".heedful-viewer { --heedful-figure-max-height: none; }</style>";
+// the viewer page of heedful.visualize.html, with this trace in its slots
+function viewerPage(trace) {
+  const values = { source: escapeHtml(trace.source), trace: scriptJson(trace),
+    output: escapeHtml(trace.hypotheses[0].text) };
+  const fill = (part) => (typeof part === "string" ? part : values[part.slot]);
+  return page.viewer.map(fill).join("").replace("</head>", EMBEDDED + "</head>");
+}
+const frame = $("viewer-frame");
+// the frame's height: its document's, plus a horizontal scrollbar's when it has one
+function fit() {
+  const doc = frame.contentDocument, root = doc && doc.documentElement;
+  if (!root) return;
+  const scrollbar = frame.contentWindow.innerHeight - root.clientHeight;
+  frame.style.height = Math.ceil(root.getBoundingClientRect().height) + scrollbar + "px";
+}
+frame.addEventListener("load", () => {
+  fit();
+  // the frame's own ResizeObserver: one of this window's does not see into the frame; it
+  // fires when the viewer's content changes (a tab, a hypothesis) and when the width does
+  const Observer = frame.contentWindow && frame.contentWindow.ResizeObserver;
+  if (Observer) new Observer(fit).observe(frame.contentDocument.documentElement);
+});
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = false;
+}
+async function translate(event) {
+  event.preventDefault();
+  const beams = +$("num-beams").value;
+  $("error").hidden = true;
+  $("translate-button").disabled = true;
+  $("status").textContent = "translating\u2026";
+  try {
+    // every hypothesis of the beam comes back (alternatives), for the viewer's beam list
+    const response = await fetch("translate", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ q: $("source-input").value, source: page.source,
+        target: page.target, num_beams: beams, alternatives: beams - 1,
+        return_attention: true }),
+    });
+    const answer = await response.json();
+    if (!response.ok) return showError(answer.error || "HTTP " + response.status);
+    frame.hidden = false;
+    frame.srcdoc = viewerPage(answer.attention);
+    window.heedfulPage.last = answer;
+  } catch (error) {
+    showError("the server did not answer: " + error);
+  } finally {
+    $("translate-button").disabled = false;
+    $("status").textContent = "";
   }
-  function fit(frame) {
-    const doc = frame.contentDocument;
-    if (!doc || !doc.documentElement) return;
-    frame.style.height = doc.documentElement.scrollHeight + 24 + "px";
-  }
-  const frame = $("viewer-frame");
-  frame.addEventListener("load", () => {
-    fit(frame);
-    if (frame.contentDocument && window.ResizeObserver) {
-      new ResizeObserver(() => fit(frame)).observe(frame.contentDocument.body);
-    }
+}
+for (const example of document.querySelectorAll("#examples button")) {
+  example.addEventListener("click", () => {
+    $("source-input").value = example.textContent;
+    $("source-input").focus();
   });
-  function showError(message) {
-    $("error").textContent = message;
-    $("error").hidden = false;
-  }
-  async function translate(event) {
-    event.preventDefault();
-    const text = $("source-input").value;
-    $("error").hidden = true;
-    $("translate-button").disabled = true;
-    $("status").textContent = "translating\u2026";
-    try {
-      const response = await fetch("translate", {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ q: text, source: page.source, target: page.target,
-          num_beams: +$("num-beams").value, return_attention: true }),
-      });
-      const answer = await response.json();
-      if (!response.ok) return showError(answer.error || "HTTP " + response.status);
-      $("translation").textContent = answer.translatedText;
-      $("result").hidden = false;
-      frame.srcdoc = viewerPage(answer.attention);
-      window.heedfulPage.last = answer;
-    } catch (error) {
-      showError("the server did not answer: " + error);
-    } finally {
-      $("translate-button").disabled = false;
-      $("status").textContent = "";
-    }
-  }
-  $("translate-form").addEventListener("submit", translate);
-  window.heedfulPage = { last: null, viewerPage };
-})();
+}
+$("translate-form").addEventListener("submit", translate);
+window.heedfulPage = { last: null, viewerPage, fit };
