@@ -528,6 +528,7 @@ def test_100_by_100_tokens_6_layers_8_heads_stays_responsive(chromium, tmp_path)
         });
         time("replay: another layer, head average", () => change("replay-layer", "0"));
         time("encoder self-attention", () => viewer.showTab("enc"));
+        time("model view: 144 thumbnails", () => viewer.showTab("model"));
         ms.step = document.querySelector("[data-part=current-step]").textContent;
         return ms;
         """

@@ -37,6 +37,8 @@ SCRIPTS = (
     "replay.js",
     "calc.js",
     "calc_rnn.js",
+    "pipeline.js",
+    "modelview.js",
     "viewer.js",
 )
 
@@ -170,9 +172,10 @@ def render_html(trace: Any, open_cell: dict | None = None) -> str:
 
     Returns:
         The page as a string: write it to a `.html` file and open it in any browser. It has
-        the alignment matrix, the head view, encoder and decoder self-attention, a step-by-step
-        decoding replay, the calculation of any cell clicked and, for beam search, the list of
-        hypotheses.
+        the alignment matrix, the head view, the model view (every layer and head), encoder
+        and decoder self-attention, the pipeline from scores to weights (QKᵀ, ÷√d_k, mask,
+        softmax with a temperature), a step-by-step decoding replay, the calculation of any
+        cell clicked and, for beam search, the list of hypotheses.
     """
     data = _as_dict(trace)
     hypotheses = data.get("hypotheses") or []

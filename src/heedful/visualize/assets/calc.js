@@ -29,32 +29,47 @@ function weightBar(w) {
   box.appendChild(bar);
   return box;
 }
-// softmax over the keys not masked; exp(s − max) leaves the weights as they are, finite.
+// exp(s − max) over the scores not masked (−∞ gives 0): the weights are the same, and finite.
+function expOf(scores) {
+  const max = Math.max(...scores.filter((s) => s > -Infinity));
+  return scores.map((s) => (s === -Infinity ? 0 : Math.exp(s - max)));
+}
+const sumOf = (values) => values.reduce((total, x) => total + x, 0);
+function softmaxOf(scores) {
+  const exps = expOf(scores), total = sumOf(exps);
+  return exps.map((x) => x / total);
+}
 function softmaxRows(rows) {
-  const open = rows.filter((r) => !r.masked);
-  const max = Math.max(...open.map((r) => r.score));
-  let total = 0;
-  for (const r of rows) total += r.exp = r.masked ? 0 : Math.exp(r.score - max);
-  for (const r of rows) r.weight = r.exp / total;
+  const exps = expOf(rows.map((r) => (r.masked ? -Infinity : r.score)));
+  const total = sumOf(exps);
+  rows.forEach((r, i) => {
+    r.exp = exps[i];
+    r.weight = exps[i] / total;
+  });
   return rows;
 }
 
 // ---- Transformer: one head, one query ----------------------------------------------------
-function headParts(kind, layer, head, i) {
+// One head's Q (every query), K and V, its weights and tokens, or null without internals.
+function headInternals(kind, layer, head) {
   const h = hyp(), own = h.internals || {}, shared = trace.internals || {};
   if (kind === "enc") {
     const e = shared.encoder;
-    return e && { q: e.q[layer][head][i], k: e.k[layer][head], v: e.v[layer][head],
-      weights: trace.encoder_self_attention[layer][head][i], keys: sourceTokens, query: sourceTokens[i] };
+    return e && { q: e.q[layer][head], k: e.k[layer][head], v: e.v[layer][head],
+      weights: trace.encoder_self_attention[layer][head], keys: sourceTokens, queries: sourceTokens };
   }
   if (kind === "dec") {
     const d = own.decoder;
-    return d && { q: d.q[layer][head][i], k: d.k[layer][head], v: d.v[layer][head],
-      weights: h.decoder_self_attention[layer][head][i], keys: h.tokens, query: h.tokens[i], causal: true };
+    return d && { q: d.q[layer][head], k: d.k[layer][head], v: d.v[layer][head],
+      weights: h.decoder_self_attention[layer][head], keys: h.tokens, queries: h.tokens, causal: true };
   }
   const c = shared.cross;
-  return c && own.cross && { q: own.cross.q[layer][head][i], k: c.k[layer][head], v: c.v[layer][head],
-    weights: h.cross_attention[i][layer][head], keys: sourceTokens, query: h.tokens[i] };
+  return c && own.cross && { q: own.cross.q[layer][head], k: c.k[layer][head], v: c.v[layer][head],
+    weights: headRows("cross", layer, head), keys: sourceTokens, queries: h.tokens };
+}
+function headParts(kind, layer, head, i) {
+  const p = headInternals(kind, layer, head);
+  return p && { ...p, q: p.q[i], weights: p.weights[i], query: p.queries[i] };
 }
 function headCalculation(p, i) {
   const scale = Math.sqrt(p.q.length);

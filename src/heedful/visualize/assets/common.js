@@ -6,8 +6,9 @@
  * html.py puts these files into one function scope, in this order: common.js (the trace, state
  * and small helpers), colours.js, matrices.js (reading the attention out of the trace),
  * heatmap.js (the matrix and self-attention views), heads.js (head view), rnn.js and replay.js
- * (decoding replay), calc.js (the calculation of one cell), then viewer.js (beams, tabs and
- * wiring).
+ * (decoding replay), calc.js and calc_rnn.js (the calculation of one cell), pipeline.js (scores
+ * to weights, step by step), modelview.js (every layer and head), then viewer.js (beams, tabs
+ * and wiring).
  *
  * Several viewers can share a page: each script works inside its own root element
  * (.heedful-viewer), finds its parts by data-part and gives them ids with its own prefix. */
@@ -48,7 +49,9 @@ const TITLE_FONT = '600 12px system-ui, "DejaVu Sans", sans-serif';
 const MIN_LINE_WEIGHT = 0.02; // head view: lighter lines are invisible anyway
 const LINE_LEVELS = 20; // head view: opacity quantised so one <path> draws a whole level
 
-const state = { hyp: 0, step: 0, timer: null, tab: "matrix", dirty: new Set(), focus: null };
+// link: the output step hovered in the alignment matrix; pipeline: the pipe view's matrices
+const state = { hyp: 0, step: 0, timer: null, tab: "matrix", dirty: new Set(), focus: null, link: null,
+  pipeline: null };
 
 const hyp = () => hyps[state.hyp] || null;
 const label = (tok) => String(tok).replace(/ /g, "\u2423"); // a space would be invisible

@@ -31,8 +31,10 @@ function addHeadViewColumn(view, labs, side, x, y) {
     const text = view.appendChild(svg("text", attrs));
     text.textContent = shorten(label(tok), 24);
     text.appendChild(svg("title", {})).textContent = String(tok);
+    if (state.focus && state.focus.side === side && state.focus.index === i) text.classList.add("focus");
     const focus = (on) => () => {
       state.focus = on ? { side, index: i } : null;
+      state.link = null;
       text.classList.toggle("focus", on);
       drawHeadLines();
     };
@@ -46,7 +48,8 @@ function renderHeads() {
   setAvailable("heads", ok, missingMessage(kind || "cross"));
   if (!ok) return;
   fillSelect($("hv-layer"), layerOptions(layerCount(kind)), layerCount(kind) - 1);
-  state.focus = null;
+  // a row hovered in the alignment matrix (linkStep) stays in focus here
+  state.focus = state.link != null && kind === "cross" ? { side: "right", index: state.link } : null;
   const layer = +$("hv-layer").value;
   ensureHeadToggles(headCount(kind, layer));
   const left = colLabels(kind); // keys

@@ -121,6 +121,12 @@ function initHeatmaps() {
       $(name + part).addEventListener("change", () => invalidate([name]));
     }
     attachHeatmapTooltip($(name + "-canvas"));
+    if (name === "matrix") {
+      $(name + "-canvas").addEventListener("mousemove", (event) => {
+        const cell = cellAt($(name + "-canvas"), event);
+        if (cell) linkStep(cell[0]);
+      });
+    }
     // a click opens the calculation of the clicked row (an average of heads: of head 1)
     $(name + "-canvas").addEventListener("click", (event) => {
       const cell = cellAt($(name + "-canvas"), event);

@@ -3,8 +3,10 @@
 const VIEWS = {
   matrix: () => renderHeatmapView("matrix"),
   heads: renderHeads,
+  model: renderModelView,
   enc: () => renderHeatmapView("enc"),
   dec: () => renderHeatmapView("dec"),
+  pipe: renderPipeline,
   replay: renderReplay,
 };
 function invalidate(names) {
@@ -43,7 +45,7 @@ function renderBeams() {
 function selectHypothesis(i) {
   pause();
   state.hyp = i;
-  state.focus = null;
+  state.focus = state.link = null;
   $("output-text").textContent = hyps[i].text;
   renderBeams();
   markTabs();
@@ -88,6 +90,7 @@ function init() {
   initHeatmaps();
   initHeadView();
   initReplay();
+  initPipeline();
   initTabs();
   for (const name of Object.keys(VIEWS)) state.dirty.add(name);
   showTab(available("cross") ? "matrix" : "replay");
@@ -97,19 +100,24 @@ function init() {
 // render_step's page: the view of that kind at that layer and head, and the cell's calculation.
 function openCell(cell) {
   const kind = CALC_KINDS[cell.kind];
-  const name = { cross: "matrix", enc: "enc", dec: "dec" }[kind];
   if (available(kind)) {
-    $(name + "-layer").value = String(cell.layer);
-    $(name + "-head").value = String(cell.head);
-    state.step = kind === "enc" ? state.step : cell.position;
-    showTab(name);
+    if (kind !== "enc") state.step = cell.position;
+    openInViews(kind, cell.layer, cell.head);
   }
   openCalc(kind, cell.layer, cell.head, cell.position);
+}
+// Hovering row i of the alignment matrix: the replay goes to step i and the head view shows
+// that output token's lines (hovering one of its own tokens lets go of the link).
+function linkStep(i) {
+  if (state.link === i) return;
+  state.link = i;
+  setStep(i);
+  state.dirty.add("heads");
 }
 
 init();
 // for scripting and tests: the parsed trace and the few actions the controls perform; the
 // last viewer of the page is window.heedfulViewer, each is its root's .heedfulViewer
-const api = { root, trace, state, showTab, selectHypothesis, setStep, openCalc };
+const api = { root, trace, state, showTab, selectHypothesis, setStep, openCalc, openInViews };
 root.heedfulViewer = window.heedfulViewer = api;
 (window.heedfulViewers = window.heedfulViewers || []).push(api);

@@ -1,0 +1,136 @@
+// View: from scores to weights, for one layer and head. A Transformer's Q Kᵀ, ÷ √d_k, the
+// mask (−∞) and softmax (Vaswani et al. 2017, eq. 1), recomputed here from the trace's Q and K;
+// an RNN's scores (as the trace has them) and their softmax. A temperature τ divides the scores
+// before the softmax and "without √d_k" skips the scaling: both show the softmax saturating.
+
+const PIPE_EXPLAIN = {
+  transformer: "One head's attention as the formula builds it, queries in rows and keys in " +
+    "columns: the scores Q K\u1D40, divided by \u221Ad_k (so that the softmax does not saturate: " +
+    "Vaswani et al. 2017, \u00A73.2.1), the keys a query may not see set to \u2212\u221E " +
+    "(hatched: the future, in decoder self-attention), then a softmax along each row. " +
+    "Recomputed here from the trace's Q and K. Lower \u03C4, or drop \u221Ad_k, and each " +
+    "row turns into a single 1.",
+  rnn: "The decoder's score of every source token (columns) at every step (rows), as the " +
+    "model computed them, then softmax(score / \u03C4) along each row. Lower \u03C4 and each " +
+    "row turns into a single 1; raise it and the weights even out.",
+};
+const temperature = () => Math.pow(10, +$("pipe-temperature").value); // the slider is log10 τ
+
+// The matrices of one head: queries × keys, masked entries −∞, weights = softmax(masked / τ).
+function transformerPipeline(kind, layer, head, tau) {
+  const p = headInternals(kind, layer, head);
+  if (!p) return null;
+  const scale = $("pipe-unscaled").checked ? 1 : Math.sqrt(p.q[0].length);
+  const scores = p.q.map((q) => p.k.map((k) => dot(q, k)));
+  const scaled = scores.map((row) => row.map((x) => x / scale));
+  const masked = scaled.map((row, i) => row.map((x, j) => (p.causal && j > i ? -Infinity : x)));
+  const weights = masked.map((row) => softmaxOf(row.map((x) => x / tau)));
+  const steps = [
+    ["scores", "Q K\u1D40", scores],
+    ["scaled", scale === 1 ? "\u00F7 1 (no \u221Ad_k)" : "\u00F7 \u221Ad_k = " + fmt(scale, 3), scaled],
+    ["masked", p.causal ? "masked (\u2212\u221E)" : "masked (nothing is)", masked],
+    ["weights", "softmax(\u00B7 / \u03C4)", weights],
+  ];
+  return { kind, layer, head, scale, tau, scores, scaled, masked, weights, steps,
+    rowLabels: p.queries, colLabels: p.keys };
+}
+function rnnPipeline(tau) {
+  const h = hyp();
+  const scores = h.rnn.scores.map((row) => row.map((x) => (x == null ? -Infinity : +x)));
+  const weights = scores.map((row) => softmaxOf(row.map((x) => x / tau)));
+  return { kind: "cross", layer: 0, head: 0, scale: 1, tau, scores, weights,
+    steps: [["scores", "score(h_t, h\u0304_s)", scores], ["weights", "softmax(score / \u03C4)", weights]],
+    rowLabels: h.tokens, colLabels: sourceTokens };
+}
+
+// ---- drawing: one small canvas per step, −∞ hatched grey ------------------------------------
+let hatchTile = null;
+function hatch(ctx) {
+  if (!hatchTile) {
+    hatchTile = document.createElement("canvas");
+    hatchTile.width = hatchTile.height = 6;
+    const t = hatchTile.getContext("2d");
+    t.fillStyle = "#e4e6eb";
+    t.fillRect(0, 0, 6, 6);
+    t.strokeStyle = "#9aa1ad";
+    t.beginPath();
+    t.moveTo(0, 6);
+    t.lineTo(6, 0);
+    t.stroke();
+  }
+  return ctx.createPattern(hatchTile, "repeat");
+}
+function drawSmallMatrix(canvas, rows, colour) {
+  const nRows = rows.length, nCols = rows[0].length;
+  const cell = Math.max(3, Math.min(18, Math.floor(250 / Math.max(nRows, nCols, 1))));
+  const gap = cell >= 8 ? 1 : 0;
+  const ctx = sizeCanvas(canvas, nCols * cell, nRows * cell);
+  const pattern = hatch(ctx);
+  rows.forEach((row, i) => row.forEach((x, j) => {
+    ctx.fillStyle = x === -Infinity ? pattern : colour(x);
+    ctx.fillRect(j * cell, i * cell, cell - gap, cell - gap);
+  }));
+  canvas._cell = cell;
+}
+function pipeTooltip(canvas, m, rows) {
+  canvas.addEventListener("mousemove", (event) => {
+    const box = canvas.getBoundingClientRect(), cell = canvas._cell;
+    const i = Math.floor((event.clientY - box.top) / cell), j = Math.floor((event.clientX - box.left) / cell);
+    if (!rows[i] || rows[i][j] === undefined) return hideTip();
+    const x = rows[i][j];
+    showTip(event, [["query #" + (i + 1), m.rowLabels[i], true], ["key #" + (j + 1), m.colLabels[j], true],
+      ["value", x === -Infinity ? "\u2212\u221E (masked)" : fmt(x, 4)]]);
+  });
+  canvas.addEventListener("mouseleave", hideTip);
+}
+function drawPipeline(m) {
+  const box = $("pipe-steps");
+  box.textContent = "";
+  const finite = m.steps.slice(0, -1).flatMap(([, , rows]) => rows.flat()).filter(isFinite);
+  const scale = Math.max(1e-6, ...finite.map(Math.abs));
+  m.steps.forEach(([name, caption, rows], k) => {
+    if (k) box.appendChild(el("span", "pipe-arrow", "\u2192"));
+    const figure = el("figure", "pipe-step");
+    figure.dataset.step = name;
+    figure.appendChild(el("figcaption", null, caption));
+    const canvas = figure.appendChild(el("canvas"));
+    const colour = name === "weights" ? (x) => seqColour(x, 1) : (x) => divColour(x, scale);
+    drawSmallMatrix(canvas, rows, colour);
+    pipeTooltip(canvas, m, rows);
+    box.appendChild(figure);
+  });
+  const legends = box.appendChild(el("div", "pipe-legends"));
+  for (const [min, max, colour, title] of [[-scale, scale, (v) => divColour(v, scale), "score"],
+    [0, 1, (v) => seqColour(v, 1), "weight"]]) {
+    const canvas = legends.appendChild(el("canvas"));
+    Object.assign(canvas, { width: 280, height: 36 });
+    drawLegend(canvas, min, max, colour, title);
+  }
+}
+
+// ---- the view ----------------------------------------------------------------------------
+function renderPipeline() {
+  const kind = $("pipe-kind").value || "cross";
+  $("pipe-explain").textContent = PIPE_EXPLAIN[isRNN ? "rnn" : "transformer"];
+  let ok = available(kind) && (!isRNN || !!(hyp().rnn && hyp().rnn.scores));
+  setAvailable("pipe", ok, missingMessage(kind));
+  if (!ok) return;
+  fillSelect($("pipe-layer"), layerOptions(layerCount(kind)), layerCount(kind) - 1);
+  fillSelect($("pipe-head"), headOptions(headCount(kind, 0)).filter(([value]) => value !== "avg"));
+  const tau = temperature();
+  $("pipe-tau").textContent = "\u03C4 = " + fmt(tau, 2);
+  const m = isRNN ? rnnPipeline(tau) : transformerPipeline(kind, +$("pipe-layer").value, +$("pipe-head").value, tau);
+  ok = !!m;
+  setAvailable("pipe", ok, INTERNALS_MISSING);
+  state.pipeline = m;
+  if (ok) drawPipeline(m);
+}
+function initPipeline() {
+  const kinds = Object.keys(KINDS).filter(available);
+  fillSelect($("pipe-kind"), kinds.map((k) => [k, KINDS[k].title]));
+  $("pipe-unscaled-label").hidden = isRNN;
+  for (const name of ["pipe-kind", "pipe-layer", "pipe-head", "pipe-unscaled"]) {
+    $(name).addEventListener("change", () => invalidate(["pipe"]));
+  }
+  $("pipe-temperature").addEventListener("input", () => invalidate(["pipe"]));
+}
