@@ -1,21 +1,25 @@
-"""The one-command demo: learn to read human-written dates, then show where the model looks.
+"""The one-command demo: learn a generated task in minutes, then show where the model looks.
 
-Generates the dates task (no download), trains a small character-level model with a progress
-bar, scores exact match on 1,000 held-out dates, prints a few translations and writes an
-attention heatmap.
+Two tasks, no download: reading human-written dates ("dates", the default) and the articles'
+own example, a toy chatbot that answers "Hi, How are you?" with "I am fine" ("dialogue").
+The demo generates the task, trains a small character-level model with a progress bar, logs
+the training to OUT/metrics.jsonl (as `heedful train` does, so `heedful curves OUT` draws it),
+scores exact match on held-out pairs, prints a few outputs and writes an attention heatmap.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from heedful.checkpoint import save_model_dir
-from heedful.config import GenerationConfig, ModelConfig, TrainConfig
-from heedful.data.tasks import dates_task
+from heedful.config import Config, DataConfig, GenerationConfig, ModelConfig, TrainConfig
+from heedful.data.dialogue import ARTICLE_PAIR, dialogue_task
+from heedful.data.tasks import Task, dates_task
 from heedful.data.tokenizers import CharTokenizer
 from heedful.evaluation import exact_match
 from heedful.models.build import build_model
@@ -55,8 +59,46 @@ DEMO_TRAIN = TrainConfig(
     eval_every=200,
 )
 
-# ISO dates are 10 characters: a fixed output limit, whatever the source length.
-_SEARCH = GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12)
+# Below this held-out exact match the demo says its model is undertrained.
+LOW_EXACT_MATCH = 0.9
+
+
+@dataclass(frozen=True)
+class DemoTask:
+    """A generated task the demo can learn, and how to show it."""
+
+    make: Callable[[int, int, int], Task]  # (n_train, n_test, seed) -> Task
+    model_name: str  # the model that learns it when none is named
+    train_size: int
+    test_size: int
+    what: str  # what a pair's source is, in the report: "held-out dates"
+    search: GenerationConfig  # a fixed output limit, whatever the source length
+    languages: tuple[str, str]  # saved with the model
+    showcase: Callable[[list[tuple[str, str]]], str]  # held-out pairs -> the source to draw
+
+
+def _clear_alignment(test_pairs) -> str:
+    """A held-out date whose alignment is clearly non-diagonal: a month name, day first."""
+    for source, _ in test_pairs:
+        if any(c.isalpha() for c in source) and len(source) >= 18:
+            return source
+    return test_pairs[0][0]
+
+
+DEMO_TASKS: dict[str, DemoTask] = {
+    # ISO dates are 10 characters
+    "dates": DemoTask(
+        dates_task, "transformer", 40_000, 1000, "held-out dates",
+        GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12),
+        ("dates", "iso"), _clear_alignment,
+    ),
+    # the seq2seq article's chatbot is an RNN; replies are at most 24 characters
+    "dialogue": DemoTask(
+        dialogue_task, "rnn-bahdanau", 6000, 500, "held-out questions",
+        GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=30),
+        ("dialogue", "reply"), lambda _: ARTICLE_PAIR[0],
+    ),
+}  # fmt: skip
 
 
 @dataclass
@@ -68,14 +110,17 @@ class DemoResult:
     heatmap: Path
     examples: list[tuple[str, str, str]]  # (source, output, reference)
     model_dir: Path | None = None  # the trained model, for `heedful attention` / `explain`
+    stopped_by: str = ""  # validation (it reached its target) | max_steps | max_time
+    metrics: Path | None = None  # the training log, for `heedful curves`
+    undertrained: bool = False  # held-out exact match below LOW_EXACT_MATCH
 
 
-def _dates(train_size: int, test_size: int, seed: int) -> tuple[list, list, list]:
-    """Training, development and held-out pairs of the dates task; the development pairs
-    (at most 500) are generated with the training pairs, so they never repeat a test date."""
+def _split(task: DemoTask, train_size: int, test_size: int, seed: int) -> tuple[list, list, list]:
+    """Training, development and held-out pairs; the development pairs (at most 500) are
+    generated with the training pairs, so they never repeat a held-out source."""
     dev_size = min(500, max(train_size // 10, 1))
-    task = dates_task(train_size + dev_size, test_size, seed=seed)
-    return task.train[:train_size], task.train[train_size:], task.test
+    pairs = task.make(train_size + dev_size, test_size, seed)
+    return pairs.train[:train_size], pairs.train[train_size:], pairs.test
 
 
 def _train_config(max_steps: int | None, max_time: float | None, seed: int) -> TrainConfig:
@@ -88,33 +133,50 @@ def _train_config(max_steps: int | None, max_time: float | None, seed: int) -> T
     return config
 
 
-def _train(translator: Translator, train: list, dev: list, config: TrainConfig, progress: bool):
-    """Train translator.model on `train`, stopping early once it gets every dev date right."""
+def _train(translator: Translator, pairs: tuple[list, list], config: Config, out: Path, progress):
+    """Train translator.model on `pairs` (train, dev), logging to out/metrics.jsonl as `heedful
+    train` does, and stopping early once it gets every development pair right."""
+    from heedful.experiment import make_validator
+    from heedful.run_dir import Run
+    from heedful.training import Distributed
     from heedful.training import train as train_model
 
-    def validate(_model) -> dict:
+    train, dev = pairs
+    scores = make_validator(dev, translator.src_tokenizer, translator.tgt_tokenizer, config, "cpu")
+
+    def validate(model) -> dict:
         outputs = [t.text for t in translator.translate([s for s, _ in dev], batch_size=500)]
-        return {"dev_exact_match": exact_match(outputs, [t for _, t in dev])}
+        return {**scores(model), "exact_match": exact_match(outputs, [t for _, t in dev])}
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.jsonl").unlink(missing_ok=True)  # the log of this run only
+    run = Run(out, config, Distributed())
+
+    def log_validation(_state, metrics: dict | None) -> None:  # instead of a checkpoint
+        if metrics is not None:
+            run.log({"event": "validation", **metrics})
 
     return train_model(
         translator.model,
         [translator.src_tokenizer.encode(s) for s, _ in train],
         [translator.tgt_tokenizer.encode(t) for _, t in train],
-        config,
+        config.train,
         validate=validate,
-        good_enough=lambda m: m["dev_exact_match"] >= 0.999,
+        good_enough=lambda m: m["exact_match"] >= 0.999,
         progress=progress,
+        save=log_validation,
+        log=run.log,
     )
 
 
-def _score(translator: Translator, test: list, echo) -> tuple[float, list[tuple[str, str, str]]]:
-    """Exact match on the held-out dates, and the first eight as (source, output, reference)."""
+def _score(translator: Translator, test: list, what: str, echo) -> tuple[float, list]:
+    """Exact match on the held-out pairs, and the first eight as (source, output, reference)."""
     start = time.perf_counter()
     sources = [s for s, _ in test]
     translations = translator.translate(sources, batch_size=500)
     accuracy = exact_match([t.text for t in translations], [t for _, t in test])
     echo(
-        f"exact match on {len(sources)} held-out dates: {accuracy:.1%} "
+        f"exact match on {len(sources)} {what}: {accuracy:.1%} "
         f"({time.perf_counter() - start:.1f} s to translate)"
     )
     examples = [(s, t.text, ref) for (s, ref), t in zip(test[:8], translations)]
@@ -124,86 +186,121 @@ def _score(translator: Translator, test: list, echo) -> tuple[float, list[tuple[
     return accuracy, examples
 
 
+def undertrained_warning(stopped_by: str, accuracy: float, config: TrainConfig) -> str | None:
+    """One line saying what went wrong and what to do, or None if the model reached its
+    target (every development pair right) and scores well on the held-out pairs."""
+    low = accuracy < LOW_EXACT_MATCH
+    if stopped_by == "validation" and not low:
+        return None
+    if stopped_by == "max_time":
+        why = f"training stopped by --max-time ({config.max_time:g} s) before its target"
+        fix = "rerun with a larger --max-time, or on an idle machine"
+    elif stopped_by == "max_steps":
+        why = f"training stopped by --max-steps ({config.max_steps}) before its target"
+        fix = "rerun with a larger --max-steps"
+    else:
+        why = f"training stopped by {stopped_by}"
+        fix = "rerun with a larger --train-size or another --seed"
+    if low:
+        return (
+            f"warning: {why}; exact match is only {accuracy:.1%}, so the model and its "
+            f"heatmap are undertrained: {fix}"
+        )
+    return f"warning: {why} (every development pair right); exact match {accuracy:.1%}: {fix}"
+
+
+def _check_choice(kind: str, given: str, choices: dict) -> None:
+    if given not in choices:
+        raise ValueError(f"unknown demo {kind} {given!r}; choose one of {', '.join(choices)}")
+
+
 def run_demo(
-    model_name: str = "transformer",
+    model_name: str | None = None,
     out_dir: str | Path = "heedful-demo",
-    train_size: int = 40_000,
-    test_size: int = 1000,
+    train_size: int | None = None,
+    test_size: int | None = None,
     max_steps: int | None = None,
     max_time: float | None = None,
     seed: int = 1,
     progress: bool = True,
     echo=print,
+    task: str = "dates",
 ) -> DemoResult:
-    """Generate the dates task, train DEMO_MODELS[model_name] on it, score it, draw its
-    attention and save it under out_dir; `echo` receives each line of the report."""
-    if model_name not in DEMO_MODELS:
-        raise ValueError(
-            f"unknown demo model {model_name!r}; choose one of {', '.join(DEMO_MODELS)}"
-        )
+    """Generate DEMO_TASKS[task], train DEMO_MODELS[model_name] on it, score it, draw its
+    attention and save it under out_dir; `echo` receives each line of the report. The model
+    and the sizes default to the task's."""
+    _check_choice("task", task, DEMO_TASKS)
+    demo, out_dir = DEMO_TASKS[task], Path(out_dir)
+    model_name = model_name or demo.model_name
+    _check_choice("model", model_name, DEMO_MODELS)
     torch.manual_seed(seed)
-    train, dev, test = _dates(train_size, test_size, seed)
+    train, dev, test = _split(
+        demo, train_size or demo.train_size, test_size or demo.test_size, seed
+    )
     src_tok = CharTokenizer.train(s for s, _ in train + dev)
     tgt_tok = CharTokenizer.train(t for _, t in train + dev)
-    model = build_model(DEMO_MODELS[model_name], len(src_tok), len(tgt_tok))
+    model_config = DEMO_MODELS[model_name]
+    model = build_model(model_config, len(src_tok), len(tgt_tok))
     n_params = sum(p.numel() for p in model.parameters())
     echo(
-        f"dates task: {len(train)} training pairs, {len(test)} held-out; e.g. "
+        f"{task} task: {len(train)} training pairs, {len(test)} held-out; e.g. "
         f"{train[0][0]!r} -> {train[0][1]!r}"
     )
     echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
 
-    translator = Translator(model, src_tok, tgt_tok, _SEARCH)
-    result = _train(translator, train, dev, _train_config(max_steps, max_time, seed), progress)
+    translator = Translator(model, src_tok, tgt_tok, demo.search)
+    config = Config(DataConfig(tokenizer="char"), model_config, generation=demo.search,
+                    train=_train_config(max_steps, max_time, seed))  # fmt: skip
+    result = _train(translator, (train, dev), config, out_dir, progress)
     echo(f"trained {result.steps} steps in {result.seconds:.0f} s (stopped by {result.stopped_by})")
-    accuracy, examples = _score(translator, test, echo)
-
-    heatmap = _draw(translator, _showcase_source(test), Path(out_dir), model_name)
-    echo(f"attention heatmap: {heatmap}")
+    echo(f"training log: {out_dir / 'metrics.jsonl'} (draw it: heedful curves {out_dir} --png "
+         f"{out_dir / 'curves.png'})")  # fmt: skip
+    accuracy, examples = _score(translator, test, demo.what, echo)
+    warning = undertrained_warning(result.stopped_by, accuracy, config.train)
+    if warning:
+        echo(warning)
+    undertrained = accuracy < LOW_EXACT_MATCH
+    label = f"UNDERTRAINED, exact match {accuracy:.0%}: " if undertrained else ""
+    heatmap = _draw(translator, demo.showcase(test), out_dir, model_name, label, echo)
     model_dir = save_model_dir(
-        Path(out_dir) / f"model-{model_name}",
-        model,
-        DEMO_MODELS[model_name],
-        src_tok,
-        tgt_tok,
-        _SEARCH,
-        ("dates", "iso"),
-    )
-    hint = f' (try: heedful attention {model_dir} "{examples[0][0]}" --html viewer.html)'
+        out_dir / f"model-{model_name}", model, model_config, src_tok, tgt_tok, demo.search,
+        demo.languages,
+    )  # fmt: skip
+    hint = f' (try: heedful attention {model_dir} "{demo.showcase(test)}" --html viewer.html)'
     echo(f"model: {model_dir}{hint if heatmap.suffix == '.png' else ''}")
     return DemoResult(
-        model_name, accuracy, result.steps, result.seconds, heatmap, examples, model_dir
-    )
+        model_name, accuracy, result.steps, result.seconds, heatmap, examples, model_dir,
+        result.stopped_by, out_dir / "metrics.jsonl", undertrained,
+    )  # fmt: skip
 
 
-def _showcase_source(test_pairs) -> str:
-    """A held-out date whose alignment is clearly non-diagonal: a month name, day first."""
-    for source, _ in test_pairs:
-        if any(c.isalpha() for c in source) and len(source) >= 18:
-            return source
-    return test_pairs[0][0]
-
-
-def _draw(translator: Translator, source: str, out_dir: Path, model_name: str) -> Path:
+def _draw(translator: Translator, source: str, out_dir: Path, model_name: str, label: str, echo):
+    """The heatmap of `source` (last layer's cross-attention, heads averaged); `label` (the
+    undertrained warning, or "") starts its title."""
     [t] = translator.translate([source], need_weights=True)
+    echo(f"{source!r} -> {t.text!r}")
     if t.attention is None:  # rnn-none has no attention: show why it struggles instead
-        return _bottleneck_note(out_dir, source, t.text)
-    layers = t.attention.size(1)
-    weights = t.attention[:, -1].mean(dim=1)  # last layer, heads averaged: (T, S)
-    title = f"{model_name}: {source!r} -> {t.text!r}"
-    if layers > 1 or t.attention.size(2) > 1:
-        title += f"\n(cross-attention, layer {layers}, mean of {t.attention.size(2)} heads)"
-    return plot_alignment(
-        weights, t.source_tokens, t.tokens, out_dir / f"attention-{model_name}.png", title
-    )
+        path = _bottleneck_note(out_dir, source, t.text, label)
+    else:
+        layers = t.attention.size(1)
+        weights = t.attention[:, -1].mean(dim=1)  # last layer, heads averaged: (T, S)
+        title = f"{label}{model_name}: {source!r} -> {t.text!r}"
+        if layers > 1 or t.attention.size(2) > 1:
+            title += f"\n(cross-attention, layer {layers}, mean of {t.attention.size(2)} heads)"
+        path = plot_alignment(
+            weights, t.source_tokens, t.tokens, out_dir / f"attention-{model_name}.png", title
+        )
+    echo(f"attention heatmap: {path}")
+    return path
 
 
-def _bottleneck_note(out_dir: Path, source: str, output: str) -> Path:
+def _bottleneck_note(out_dir: Path, source: str, output: str, label: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "attention-rnn-none.txt"
     path.write_text(
-        f"{source!r} -> {output!r}\nrnn-none has no attention: the decoder sees the source only "
-        "through the encoder's final state (one fixed-size vector), so there is nothing to draw.\n",
+        f"{label}{source!r} -> {output!r}\nrnn-none has no attention: the decoder sees the source "
+        "only through the encoder's final state (one fixed-size vector), so there is nothing to "
+        "draw.\n",
         encoding="utf-8",
     )
     return path

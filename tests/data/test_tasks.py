@@ -16,7 +16,7 @@ import pytest
 
 from heedful.data.tasks import (
     DATE_FORMAT_EXAMPLES,
-    DatesTask,
+    Task,
     dates_task,
     format_date,
     generate_dates,
@@ -300,7 +300,7 @@ def test_bad_arguments_are_errors():
 
 def test_dates_task_sizes_disjointness_and_determinism():
     task = dates_task(3000, 500, seed=11)
-    assert isinstance(task, DatesTask)
+    assert isinstance(task, Task)
     assert len(task.train) == 3000 and len(task.test) == 500
     test_sources = {source for source, _ in task.test}
     assert len(test_sources) == 500

@@ -8,27 +8,46 @@ from heedful.cli.options import DIRECTORY, POSITIVE, Deferred, threads_option
 
 
 def _demo_options() -> list[click.Parameter]:
-    from heedful.demo import DEMO_MODELS
+    from heedful.demo import DEMO_MODELS, DEMO_TASKS
 
     model = click.Option(
         ["--model", "model_name"],
         type=click.Choice(list(DEMO_MODELS)),
-        default="transformer",
-        show_default=True,
-        help="Which model learns the task.",
+        default=None,
+        help="Which model learns the task [default: transformer for dates, rnn-bahdanau (the "
+        "seq2seq article's) for dialogue].",
     )
-    return [model, threads_option()]
+    task = click.Option(
+        ["--task"],
+        type=click.Choice(list(DEMO_TASKS)),
+        default="dates",
+        show_default=True,
+        help="What it learns: human-written dates to ISO dates, or the articles' toy chatbot "
+        '("Hi, How are you?" -> "I am fine").',
+    )
+    return [model, task, threads_option()]
 
 
 @click.command(cls=Deferred, later=_demo_options)
-@click.option("--out", default="heedful-demo", show_default=True, help="Where the heatmap goes.")
-@click.option("--train-size", default=40_000, show_default=True, help="Generated training pairs.")
+@click.option(
+    "--out",
+    default="heedful-demo",
+    show_default=True,
+    help="Where the heatmap, the training log (metrics.jsonl) and the model go.",
+)
+@click.option(
+    "--train-size",
+    type=POSITIVE,
+    default=None,
+    help="Generated training pairs [default: the task's, 40000 dates or 6000 questions].",
+)
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
 @click.option("--max-time", type=float, default=None, help="Stop after this many seconds.")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
-def demo(model_name, out, train_size, max_steps, max_time, seed, progress) -> None:
-    """Learn to turn human-written dates into ISO dates, then draw the attention."""
+def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress) -> None:
+    """Learn a generated task in minutes (human-written dates to ISO dates, or the articles'
+    toy chatbot), then draw the attention."""
     from heedful.demo import run_demo
 
     run_demo(
@@ -40,6 +59,7 @@ def demo(model_name, out, train_size, max_steps, max_time, seed, progress) -> No
         seed=seed,
         progress=progress,
         echo=click.echo,
+        task=task,
     )
 
 

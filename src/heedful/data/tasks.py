@@ -1,5 +1,7 @@
 """Built-in generated tasks: human-written dates → ISO dates, a translation task with no download.
 
+(The toy dialogue task, the articles' own example, is in dialogue.py.)
+
 A date such as 2026-11-29 is written in one of many formats and four languages ("Sunday,
 29 November 2026", "29. Nov. 2026", "le 29 novembre 2026", "29 de noviembre de 2026",
 "11/29/2026", "29.11.26", ...) and the target is its ISO form "2026-11-29". Reading the month
@@ -359,14 +361,14 @@ def generate_dates(
 
 
 @dataclass(frozen=True)
-class DatesTask:
-    """Train and held-out test pairs of the dates task; no test source appears in train."""
+class Task:
+    """Train and held-out test pairs of a generated task; no test source appears in train."""
 
     train: list[tuple[str, str]]  # (source, target)
     test: list[tuple[str, str]]
 
 
-def dates_task(n_train: int, n_test: int, seed: int = 0) -> DatesTask:
+def dates_task(n_train: int, n_test: int, seed: int = 0) -> Task:
     """Train and test pairs from one seeded stream, with test sources disjoint from train.
 
     The test set is drawn first, from distinct sources; the train set then takes the next pairs
@@ -383,4 +385,4 @@ def dates_task(n_train: int, n_test: int, seed: int = 0) -> DatesTask:
         source, target = next(stream)
         test.setdefault(source, target)
     unseen = (pair for pair in stream if pair[0] not in test)
-    return DatesTask(train=list(islice(unseen, n_train)), test=list(test.items()))
+    return Task(train=list(islice(unseen, n_train)), test=list(test.items()))
