@@ -39,6 +39,7 @@ SCRIPTS = (
     "calc_rnn.js",
     "pipeline.js",
     "modelview.js",
+    "rnn_steps.js",
     "viewer.js",
 )
 
@@ -175,7 +176,8 @@ def render_html(trace: Any, open_cell: dict | None = None) -> str:
         the alignment matrix, the head view, the model view (every layer and head), encoder
         and decoder self-attention, the pipeline from scores to weights (QKᵀ, ÷√d_k, mask,
         softmax with a temperature), a step-by-step decoding replay, the calculation of any
-        cell clicked and, for beam search, the list of hypotheses.
+        cell clicked, for an RNN its encoder and decoder animated step by step and, for beam
+        search, the list of hypotheses.
     """
     data = _as_dict(trace)
     hypotheses = data.get("hypotheses") or []

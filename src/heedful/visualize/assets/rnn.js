@@ -10,16 +10,21 @@ function stripScale(field) {
   }
   return stripScales.get(key);
 }
-function drawStrip(canvas, vector, max) {
+// A vector as a row of coloured cells, one per unit; `vertical`: a column 18 px wide (the
+// encoder states under their tokens, rnn_steps.js).
+function drawStrip(canvas, vector, max, vertical = false) {
   const n = vector.length;
-  const cell = Math.max(2, Math.min(14, Math.floor(640 / Math.max(n, 1))));
-  const ctx = sizeCanvas(canvas, n * cell, 20);
+  const cell = vertical ? Math.max(2, Math.min(8, Math.floor(200 / Math.max(n, 1))))
+    : Math.max(2, Math.min(14, Math.floor(640 / Math.max(n, 1))));
+  const ctx = vertical ? sizeCanvas(canvas, 18, n * cell) : sizeCanvas(canvas, n * cell, 20);
   vector.forEach((v, i) => {
     ctx.fillStyle = divColour(+v || 0, max);
-    ctx.fillRect(i * cell, 0, cell, 20);
+    if (vertical) ctx.fillRect(0, i * cell, 18, cell);
+    else ctx.fillRect(i * cell, 0, cell, 20);
   });
   canvas.onmousemove = (event) => {
-    const i = Math.floor((event.clientX - canvas.getBoundingClientRect().left) / cell);
+    const box = canvas.getBoundingClientRect();
+    const i = Math.floor((vertical ? event.clientY - box.top : event.clientX - box.left) / cell);
     if (i >= 0 && i < n) showTip(event, [["unit", String(i + 1)], ["value", fmt(+vector[i], 4)]]);
   };
   canvas.onmouseleave = hideTip;

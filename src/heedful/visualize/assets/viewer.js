@@ -8,6 +8,7 @@ const VIEWS = {
   dec: () => renderHeatmapView("dec"),
   pipe: renderPipeline,
   replay: renderReplay,
+  anim: renderAnim,
 };
 function invalidate(names) {
   for (const name of names) state.dirty.add(name);
@@ -44,6 +45,7 @@ function renderBeams() {
 }
 function selectHypothesis(i) {
   pause();
+  animPause();
   state.hyp = i;
   state.focus = state.link = null;
   $("output-text").textContent = hyps[i].text;
@@ -91,6 +93,7 @@ function init() {
   initHeadView();
   initReplay();
   initPipeline();
+  initAnim();
   initTabs();
   for (const name of Object.keys(VIEWS)) state.dirty.add(name);
   showTab(available("cross") ? "matrix" : "replay");
