@@ -77,3 +77,19 @@ def test_a_character_no_font_draws_gets_one_warning_naming_the_fix(tmp_path):
     ours = [w for w in caught if "fonts-noto-cjk" in str(w.message)]
     assert len(ours) == 1
     assert not [w for w in caught if str(w.message).startswith("Glyph ")]  # matplotlib's own
+
+
+def test_a_one_weight_cjk_font_draws_without_a_log_line(caplog):
+    """WenQuanYi Zen Hei has weight 500 only: matplotlib's "Failed to find font weight" line
+    would follow every picture; it is dropped, and other font messages are not."""
+    import logging
+
+    from heedful.visualize.figures import pyplot
+
+    pyplot()
+    logger = logging.getLogger("matplotlib.font_manager")
+    with caplog.at_level(logging.WARNING, logger="matplotlib.font_manager"):
+        logger.warning("findfont: Failed to find font weight normal for X, now using 500.")
+        logger.warning("findfont: Font family 'Nowhere' not found.")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["findfont: Font family 'Nowhere' not found."]

@@ -7,6 +7,7 @@ path's suffix: .png, .svg or .pdf.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -77,7 +78,22 @@ def use_fallback_fonts() -> list[str]:
     family = list(matplotlib.rcParams["font.family"])
     found = [name for name in FALLBACK_FONTS if name in known and name not in family]
     matplotlib.rcParams["font.family"] = family + found
+    _quiet_weight_substitution()
     return found
+
+
+def _quiet_weight_substitution() -> None:
+    """Some CJK fonts come in one weight only (WenQuanYi Zen Hei is 500, "medium"): matplotlib
+    then logs "findfont: Failed to find font weight normal ..., now using 500" on every
+    picture, though the text draws. Only that message is dropped."""
+    logger = logging.getLogger("matplotlib.font_manager")
+    if not any(isinstance(f, _WeightSubstitution) for f in logger.filters):
+        logger.addFilter(_WeightSubstitution())
+
+
+class _WeightSubstitution(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("findfont: Failed to find font weight")
 
 
 def _known_families() -> set[str]:
