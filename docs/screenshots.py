@@ -1,0 +1,96 @@
+"""Screenshots of the viewer's views for docs/tour.md, from models `heedful demo` makes.
+
+    python docs/screenshots.py                       # trains the two demo models first (minutes)
+    python docs/screenshots.py --transformer DIR --rnn DIR   # or takes model directories
+
+The Transformer is the dates demo's, the RNN (Bahdanau attention) the dialogue demo's, so the
+pictures show what a reader of the tour gets. Each view is opened the way a reader opens it (a
+tab, a clicked cell, the step buttons) in headless Chromium, and the viewer's element is
+captured to docs/img/viewer-*.png. Needs chromium and chromedriver (README, "Two commands").
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+IMG = Path(__file__).resolve().parent / "img"
+DATES = "21 de marzo de 1948"
+DIALOGUE = "Hi, How are you?"
+
+
+def demo_model(task: str, model: str, out: Path) -> Path:
+    """A model directory from `heedful demo` (its own training budget and stopping rule)."""
+    command = [sys.executable, "-m", "heedful", "demo", "--task", task, "--model", model]
+    subprocess.run([*command, "--out", str(out), "--no-progress"], check=True)
+    return next(out.glob("model-*"))
+
+
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless", "--no-sandbox", "--disable-gpu",
+                     "--disable-background-networking", "--window-size=1280,1000"):  # fmt: skip
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def capture(driver, page: str, name: str, script: str = "") -> Path:
+    """Open `page` (HTML text), run `script` with `viewer` bound to its viewer, save the shot."""
+    with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False, encoding="utf-8") as f:
+        f.write(page)
+    driver.get(Path(f.name).as_uri())
+    driver.execute_script("const viewer = window.heedfulViewer;\n" + script)
+    driver.execute_script("return new Promise((done) => setTimeout(done, 300));")
+    path = IMG / f"viewer-{name}.png"
+    driver.find_element("css selector", ".heedful-viewer").screenshot(str(path))
+    Path(f.name).unlink()
+    print(f"wrote {path}")
+    return path
+
+
+def part(name: str) -> str:
+    return f'viewer.root.querySelector("[data-part={name}]")'
+
+
+def shots(driver, transformer: Path, rnn: Path) -> None:
+    from heedful.translator import Translator
+    from heedful.visualize.html import render_html, render_step
+    from heedful.visualize.trace import build_trace
+
+    t = build_trace(Translator.load(transformer), DATES, num_beams=3, n_best=2, internals=True)
+    layers = t.model["decoder_layers"]
+    capture(driver, render_step(t, "cross", layers, 1, 1), "calculation")
+    capture(driver, render_html(t), "pipeline", 'viewer.showTab("pipe");')
+    capture(driver, render_html(t), "model-view", 'viewer.showTab("model");')
+    r = build_trace(Translator.load(rnn), DIALOGUE, num_beams=1, internals=True)
+    capture(driver, render_step(r, "cross", 1, 1, 2), "rnn-calculation")
+    steps = len(r.source_tokens) + 2  # every encoder state, then two decoder steps
+    script = 'viewer.showTab("anim");\n' + f"{part('anim-next')}.click();\n" * steps
+    capture(driver, render_html(r), "rnn-steps", script)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transformer", type=Path, help="a dates Transformer model directory")
+    parser.add_argument("--rnn", type=Path, help="a dialogue RNN model directory")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="heedful-shots-") as tmp:
+        transformer = args.transformer or demo_model("dates", "transformer", Path(tmp) / "d")
+        rnn = args.rnn or demo_model("dialogue", "rnn-bahdanau", Path(tmp) / "c")
+        driver = browser()
+        try:
+            shots(driver, transformer, rnn)
+        finally:
+            driver.quit()
+
+
+if __name__ == "__main__":
+    main()
