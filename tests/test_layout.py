@@ -104,7 +104,10 @@ def test_imports_point_down_the_layers(path):
             bad = [
                 m
                 for m in imported(path)
-                if m.startswith(forbidden) and not m.startswith(prefix) and module != "heedful.cli"
-                and not module.startswith("heedful.cli.") and module != "heedful.__main__"
+                if m.startswith(forbidden)
+                and not m.startswith(prefix)
+                and module != "heedful.cli"
+                and not module.startswith("heedful.cli.")
+                and module != "heedful.__main__"
             ]
             assert bad == [], f"{module} imports {bad}"
