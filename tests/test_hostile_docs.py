@@ -8,10 +8,12 @@ from pathlib import Path
 import test_hostile_model_dirs as model_dirs
 import test_hostile_training as training
 from server import test_hostile as server
+from visualize import test_hostile_traces as traces
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "hostile-inputs.md"
 UMASKS = 3  # test_written_files_follow_the_umask's parameters
 TRAINING_EXTRA = 2  # the two tests of test_hostile_training.py beside its table
+SIZE_LIMIT = 1  # test_hostile_traces.py's file over the size limit, beside its table
 
 
 def documented() -> dict[str, int]:
@@ -29,6 +31,7 @@ def test_the_documented_counts_are_the_tables():
         "`tests/test_hostile_model_dirs.py` (`CASES`": len(model_dirs.CASES),
         "`tests/test_hostile_model_dirs.py` (`INPUT_CASES`": 2 * len(model_dirs.INPUT_CASES),
         "`tests/test_hostile_model_dirs.py` (the same": len(model_dirs.SERVED) + UMASKS,
+        "`tests/visualize/test_hostile_traces.py` (`CASES`": len(traces.CASES) + SIZE_LIMIT,
     }
     for start, n in expected.items():
         [row] = [name for name in counts if name.startswith(start)]

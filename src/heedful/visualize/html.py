@@ -40,6 +40,7 @@ SCRIPTS = (
     "pipeline.js",
     "modelview.js",
     "rnn_steps.js",
+    "block.js",
     "viewer.js",
 )
 
@@ -176,8 +177,9 @@ def render_html(trace: Any, open_cell: dict | None = None) -> str:
         the alignment matrix, the head view, the model view (every layer and head), encoder
         and decoder self-attention, the pipeline from scores to weights (QKᵀ, ÷√d_k, mask,
         softmax with a temperature), a step-by-step decoding replay, the calculation of any
-        cell clicked, for an RNN its encoder and decoder animated step by step and, for beam
-        search, the list of hypotheses.
+        cell clicked, for an RNN its encoder and decoder animated step by step, for a
+        Transformer one encoder layer drawn with its numbers and its positional encoding and,
+        for beam search, the list of hypotheses.
     """
     data = _as_dict(trace)
     hypotheses = data.get("hypotheses") or []

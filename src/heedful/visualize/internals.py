@@ -21,8 +21,24 @@ if TYPE_CHECKING:
     from torch import nn
 
 # Numbers of internals a trace may hold (all hypotheses together), about 1 MB of JSON: a
-# d_model 64, 2+2-layer Transformer keeps them for 40 source and 40 output tokens (46,080).
+# d_model 64, 2+2-layer Transformer keeps them for 40 source and 40 output tokens (97,280, of
+# which 51,200 the drawn encoder block).
 INTERNALS_MAX_NUMBERS = 100_000
+# Positions of the positional encoding a trace holds (internals.block.positional): at least this
+# many, so its per-dimension curves show a shape, and at least the source's.
+PE_POSITIONS = 32
+# What internals.block holds of each encoder layer, each (S, D): the layer's input, the input
+# of W_O (the heads' z side by side), W_O's output, the first LayerNorm's input and output, the
+# feed-forward's output, the second LayerNorm's input and output, the layer's output.
+BLOCK_TENSORS = (
+    "x", "z", "attn_out", "attn_norm_in", "attn_norm_out", "ff_out", "ff_norm_in", "ff_norm_out",
+    "out",
+)  # fmt: skip
+
+
+def pe_positions(config, source_length: int) -> int:
+    """How many rows of the positional encoding internals.block.positional holds."""
+    return min(max(source_length, PE_POSITIONS), config.max_positions)
 
 
 def internals_size(config, source_length: int, output_lengths: list[int]) -> int:
@@ -32,6 +48,8 @@ def internals_size(config, source_length: int, output_lengths: list[int]) -> int
     if config.arch == "transformer":
         d = config.d_model  # H heads × d_k
         shared = (3 * config.encoder_layers + 2 * config.decoder_layers) * s * d
+        block = (len(BLOCK_TENSORS) * config.encoder_layers + 1) * s * d  # + embedding rows
+        shared += block + pe_positions(config, s) * d + 1  # + the scale √D
         return shared + 4 * config.decoder_layers * total_t * d  # decoder q, k, v and cross q
     n = config.hidden_size
     if config.attention == "none":
@@ -70,6 +88,7 @@ def recording(model: nn.Module) -> Iterator[dict]:
                     linear = getattr(attn, "w_" + name)
                     hook = keep((kind, layer, name), attn.split_heads)
                     handles.append(linear.register_forward_hook(hook))
+        handles += _block_hooks(model, captured)
     else:
         handles.append(model.encoder.register_forward_hook(keep("encoder")))
         handles.append(model.decoder.combine.register_forward_hook(keep("combine")))
@@ -78,6 +97,65 @@ def recording(model: nn.Module) -> Iterator[dict]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _block_hooks(model: nn.Module, captured: dict) -> list:
+    """Hooks keeping what the drawn encoder block shows: ("block", layer, name) -> (1, S, D)
+    for the names of BLOCK_TENSORS, and ("block", None, "tokens") the unscaled embedding rows."""
+
+    def keep(key, take):
+        def hook(module, inputs, output):
+            captured.setdefault(key, []).append(take(inputs, output))
+
+        return hook
+
+    def first_input(inputs, output):
+        return inputs[0]
+
+    def first_output(inputs, output):
+        return output[0] if isinstance(output, tuple) else output
+
+    handles = [
+        model.src_embed.tokens.register_forward_hook(keep(("block", None, "tokens"), first_output))
+    ]
+    for i, layer in enumerate(model.encoder_layers):
+        watched = {  # name -> (module, which end of it)
+            "x": (layer, first_input),
+            "out": (layer, first_output),
+            "z": (layer.self_attn.w_o, first_input),
+            "attn_out": (layer.self_attn.w_o, first_output),
+            "attn_norm_in": (layer.attn_block.norm, first_input),
+            "attn_norm_out": (layer.attn_block.norm, first_output),
+            "ff_out": (layer.feed_forward, first_output),
+            "ff_norm_in": (layer.ff_block.norm, first_input),
+            "ff_norm_out": (layer.ff_block.norm, first_output),
+        }
+        for name, (module, take) in watched.items():
+            handles.append(module.register_forward_hook(keep(("block", i, name), take)))
+    return handles
+
+
+def block_internals(captured: dict, model: nn.Module, decimals: int) -> dict:
+    """internals.block (docs/trace-schema.md): one encoder pass's tensors for the source
+    positions, per layer [S][D] each, the unscaled embedding rows [S][D] and the positional
+    encoding the model adds [P][D] (P = pe_positions), read by running its own module on zeros."""
+    import torch
+
+    config = model.config
+    tokens = captured[("block", None, "tokens")][0][0]  # (S, D)
+    s, d = tokens.shape
+    zeros = torch.zeros(1, pe_positions(config, s), d, device=tokens.device, dtype=tokens.dtype)
+    layers = [
+        {name: _rounded(captured[("block", i, name)][0][0], decimals) for name in BLOCK_TENSORS}
+        for i in range(len(model.encoder_layers))
+    ]
+    return {
+        "norm": "pre" if config.norm == "pre" else "post",
+        "scale": round(model.src_embed.scale, 12),
+        "tokens": _rounded(tokens, decimals),
+        "positional": _rounded(model.src_embed.positions(zeros)[0], decimals),
+        "layers": layers,
+    }
 
 
 def _rounded(x: torch.Tensor | None, decimals: int) -> list | None:

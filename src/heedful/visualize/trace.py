@@ -9,20 +9,22 @@ L layers, H heads, N RNN hidden size, K top-k candidates.
 
 from __future__ import annotations
 
-import json
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
+from heedful.safejson import dumps
 from heedful.visualize.internals import (
     INTERNALS_MAX_NUMBERS,
+    block_internals,
     internals_size,
     recording,
     rnn_internals,
     transformer_internals,
 )
+from heedful.visualize.trace_check import check_trace, read_trace_json
 
 if TYPE_CHECKING:
     import torch  # building a trace needs it, reading one does not: imported where it builds
@@ -100,21 +102,23 @@ class Trace:
         for i, h in enumerate(data["hypotheses"]):
             _check_keys(h, *_field_names(TraceHypothesis), where=f"hypotheses[{i}]")
             hypotheses.append(TraceHypothesis(**h))
+        check_trace(data)  # every field's type and shape, named when wrong
         given = (top - {"hypotheses"}) & data.keys()
         return cls(**{name: data[name] for name in given}, hypotheses=hypotheses)
 
     def save(self, path: str | Path) -> Path:
+        """Write the trace as compact JSON (a -inf score as null: JSON has no infinities)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        path.write_text(text + "\n", encoding="utf-8")
+        path.write_text(dumps(self.to_dict()) + "\n", encoding="utf-8")
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Trace:
+        """Read a trace file; every problem is a ValueError that starts with the path."""
         try:
-            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-        except ValueError as e:  # bad JSON (JSONDecodeError is a ValueError) or a bad trace
+            return cls.from_dict(read_trace_json(Path(path)))
+        except ValueError as e:  # bad JSON, not UTF-8, too large, or a bad trace
             raise ValueError(f"{path}: {e}") from e
 
     def _repr_html_(self) -> str:
@@ -236,6 +240,7 @@ def _replayed(translator, src: torch.Tensor, hyp, top_k: int, internals: bool):
     shared = own = None
     if internals and translator.config.arch == "transformer":
         shared, own = transformer_internals(captured, DECIMALS)
+        shared["block"] = block_internals(captured, translator.model, DECIMALS)
     elif internals:
         shared, own = rnn_internals(
             captured, translator.model, maps, DECIMALS

@@ -51,7 +51,7 @@ const LINE_LEVELS = 20; // head view: opacity quantised so one <path> draws a wh
 
 // link: the output step hovered in the alignment matrix; pipeline: the pipe view's matrices
 const state = { hyp: 0, step: 0, timer: null, tab: "matrix", dirty: new Set(), focus: null, link: null,
-  pipeline: null };
+  pipeline: null, blockBox: null };
 
 const hyp = () => hyps[state.hyp] || null;
 const label = (tok) => String(tok).replace(/ /g, "\u2423"); // a space would be invisible

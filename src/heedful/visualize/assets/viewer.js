@@ -9,6 +9,7 @@ const VIEWS = {
   pipe: renderPipeline,
   replay: renderReplay,
   anim: renderAnim,
+  block: renderBlock,
 };
 function invalidate(names) {
   for (const name of names) state.dirty.add(name);
@@ -94,6 +95,7 @@ function init() {
   initReplay();
   initPipeline();
   initAnim();
+  initBlock();
   initTabs();
   for (const name of Object.keys(VIEWS)) state.dirty.add(name);
   showTab(available("cross") ? "matrix" : "replay");

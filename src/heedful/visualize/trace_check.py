@@ -1,0 +1,175 @@
+"""A trace read from a file, checked before anything draws it: every field's type and shape.
+
+docs/trace-schema.md says what a trace holds; `Trace.load` and `Trace.from_dict` call
+`check_trace`, so that a damaged or hand-edited file fails with its field named
+("hypotheses[0].cross_attention[2][0][1]: expected 7 numbers (S), got 6") instead of drawing
+nothing, or half a page, in a viewer that trusts it. The shapes are the schema's letters: S
+source tokens, T a hypothesis's tokens, L layers, H heads, N the RNN's hidden size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+MAX_TRACE_BYTES = 256 << 20  # far above any trace build_trace writes (internals are bounded)
+ARCHS = ("transformer", "rnn")
+ATTENTIONS = ("multi-head", "none", "bahdanau", "luong-dot", "luong-general", "luong-concat")
+
+
+def read_trace_json(path: Path) -> Any:
+    """A trace file's JSON: at most MAX_TRACE_BYTES, strict UTF-8, no NaN or Infinity (which
+    Python's json reads but JSON does not allow, and the viewer could not draw)."""
+    size = path.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise ValueError(
+            f"{size:,} bytes, larger than the {MAX_TRACE_BYTES:,} bytes a trace may have"
+        )
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 text ({error.reason} at byte {error.start})") from None
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not valid JSON: {error}") from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"holds {name}, not a number JSON allows (write null)")
+
+
+class _Checker:
+    """Walks one trace, with the path of the field it is at for the error message."""
+
+    def fail(self, where: str, problem: str) -> None:
+        raise ValueError(f"{where}: {problem}")
+
+    def kind(self, value: Any, kinds: type | tuple, where: str, name: str) -> Any:
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _tuple(kinds)):
+            self.fail(where, f"expected {name}, got {_shown(value)}")
+        return value
+
+    def count(self, value: Any, where: str, largest: int = 1 << 20) -> int:
+        self.kind(value, int, where, "a whole number")
+        if not 1 <= value <= largest:
+            self.fail(where, f"must be from 1 to {largest:,}, got {value}")
+        return value
+
+    def number(self, value: Any, where: str, low: float = -math.inf, high: float = math.inf):
+        self.kind(value, (int, float), where, "a number")
+        if not math.isfinite(value) or not low <= value <= high:
+            self.fail(where, f"expected a finite number from {low:g} to {high:g}, got {value}")
+
+    def array(self, value: Any, shape: list[tuple[int, str]], where: str, weights=False) -> None:
+        """Nested lists of the given (size, letter) shape holding finite numbers (in [0, 1]
+        for attention weights)."""
+        (size, letter), rest = shape[0], shape[1:]
+        self.kind(value, list, where, f"a list of {size} ({letter})")
+        if len(value) != size:
+            items = "numbers" if not rest else "lists"
+            self.fail(where, f"expected {size} {items} ({letter}), got {len(value)}")
+        for i, item in enumerate(value):
+            if rest:
+                self.array(item, rest, f"{where}[{i}]", weights)
+            else:
+                self.number(item, f"{where}[{i}]", *((0.0, 1.0) if weights else ()))
+
+    def optional_array(self, value, shape, where: str, weights=False) -> None:
+        if value is not None:
+            self.array(value, shape, where, weights)
+
+    def numbers_within(self, value: Any, where: str) -> None:
+        """Objects, lists, null, text and finite numbers only (internals: their shapes follow
+        the model's sizes, which docs/trace-schema.md lists; the viewer checks them on use)."""
+        if isinstance(value, dict):
+            for key, item in value.items():
+                self.numbers_within(item, f"{where}.{key}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self.numbers_within(item, f"{where}[{i}]")
+        elif value is not None and not isinstance(value, str):  # "post" / "pre" norm, say
+            self.number(value, where)
+
+
+def _tuple(kinds: type | tuple) -> tuple:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 30 else text[:29] + '…'}"
+
+
+def check_trace(data: dict) -> None:
+    """Raise ValueError naming the first field of `data` (a trace's plain data, its keys
+    already checked) whose type or shape is not the schema's."""
+    c = _Checker()
+    model = c.kind(data["model"], dict, "model", "an object")
+    arch = model.get("arch")
+    if arch not in ARCHS:
+        c.fail("model.arch", f"must be one of {', '.join(ARCHS)}, got {_shown(arch)}")
+    if model.get("attention") not in ATTENTIONS:
+        c.fail("model.attention", f"must be one of {', '.join(ATTENTIONS)}")
+    enc, dec, heads = (c.count(model.get(k), f"model.{k}", 4096) for k in
+                       ("encoder_layers", "decoder_layers", "heads"))  # fmt: skip
+    c.kind(data["source"], str, "source", "text")
+    tokens = c.kind(data["source_tokens"], list, "source_tokens", "a list of tokens")
+    for i, token in enumerate(tokens):
+        c.kind(token, str, f"source_tokens[{i}]", "text")
+    s = len(tokens)
+    search = c.kind(data["search"], dict, "search", "an object")
+    c.count(search.get("num_beams"), "search.num_beams", 1024)
+    c.number(search.get("length_penalty"), "search.length_penalty")
+    c.optional_array(data["encoder_self_attention"], [(enc, "L_enc"), (heads, "H"), (s, "S"),
+                     (s, "S")], "encoder_self_attention", weights=True)  # fmt: skip
+    c.kind(data.get("internals"), (dict, type(None)), "internals", "an object or null")
+    c.numbers_within(data.get("internals"), "internals")
+    for i, hypothesis in enumerate(data["hypotheses"]):
+        _check_hypothesis(c, hypothesis, f"hypotheses[{i}]", s, dec, heads)
+
+
+def _check_hypothesis(c: _Checker, h: dict, where: str, s: int, layers: int, heads: int) -> None:
+    c.kind(h["text"], str, f"{where}.text", "text")
+    tokens = c.kind(h["tokens"], list, f"{where}.tokens", "a list of tokens")
+    for i, token in enumerate(tokens):
+        c.kind(token, str, f"{where}.tokens[{i}]", "text")
+    t = len(tokens)
+    if h["score"] is not None and h["score"] != -math.inf:  # a file holds -inf as null
+        c.number(h["score"], f"{where}.score", high=0.0)
+    c.kind(h["finished"], bool, f"{where}.finished", "true or false")
+    cross = [(t, "T"), (layers, "L_dec"), (heads, "H"), (s, "S")]
+    c.optional_array(h["cross_attention"], cross, f"{where}.cross_attention", weights=True)
+    own = [(layers, "L_dec"), (heads, "H"), (t, "T"), (t, "T")]
+    c.optional_array(h["decoder_self_attention"], own, f"{where}.decoder_self_attention", True)
+    top_k = c.kind(h["top_k"], list, f"{where}.top_k", f"a list of {t} (T)")
+    if len(top_k) != t:
+        c.fail(f"{where}.top_k", f"expected {t} lists (T), got {len(top_k)}")
+    for i, step in enumerate(top_k):
+        for j, candidate in enumerate(c.kind(step, list, f"{where}.top_k[{i}]", "a list")):
+            at = f"{where}.top_k[{i}][{j}]"
+            c.kind(candidate, dict, at, "an object")
+            if set(candidate) != {"token", "prob"}:
+                c.fail(at, "must have exactly the keys token and prob")
+            c.kind(candidate["token"], str, f"{at}.token", "text")
+            c.number(candidate["prob"], f"{at}.prob", 0.0, 1.0)
+    if h["rnn"] is not None:
+        _check_rnn(c, h["rnn"], f"{where}.rnn", t, s)
+    c.kind(h.get("internals"), (dict, type(None)), f"{where}.internals", "an object or null")
+    c.numbers_within(h.get("internals"), f"{where}.internals")
+
+
+def _check_rnn(c: _Checker, rnn: Any, where: str, t: int, s: int) -> None:
+    c.kind(rnn, dict, where, "an object or null")
+    if set(rnn) != {"decoder_states", "contexts", "scores"}:
+        c.fail(where, "must have exactly the keys decoder_states, contexts and scores")
+    states = c.kind(rnn["decoder_states"], list, f"{where}.decoder_states", "a list")
+    n = len(states[0]) if states and isinstance(states[0], list) else 0
+    c.array(states, [(t, "T"), (max(n, 1), "N")], f"{where}.decoder_states")
+    c.optional_array(rnn["contexts"], [(t, "T"), (max(n, 1), "N")], f"{where}.contexts")
+    c.optional_array(rnn["scores"], [(t, "T"), (s, "S")], f"{where}.scores")
