@@ -70,6 +70,7 @@ def shots(driver, transformer: Path, rnn: Path) -> None:
     capture(driver, render_step(t, "cross", layers, 1, 1), "calculation")
     capture(driver, render_html(t), "pipeline", 'viewer.showTab("pipe");')
     capture(driver, render_html(t), "model-view", 'viewer.showTab("model");')
+    capture(driver, render_html(t), "block", 'viewer.showTab("block");')
     r = build_trace(Translator.load(rnn), DIALOGUE, num_beams=1, internals=True)
     capture(driver, render_step(r, "cross", 1, 1, 2), "rnn-calculation")
     steps = len(r.source_tokens) + 2  # every encoder state, then two decoder steps

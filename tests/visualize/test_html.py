@@ -279,6 +279,23 @@ def open_page(chromium, tmp_path, trace, name="trace"):
     return chromium
 
 
+def open_viewers(chromium, tmp_path, traces: list, tab: str) -> list:
+    """A page with one viewer per trace (as a notebook shows several), each on `tab`: the
+    viewers' root elements."""
+    if isinstance(chromium, str):
+        pytest.fail(chromium)
+    from heedful.visualize.html import render_fragment
+
+    body = "".join(render_fragment(trace) for trace in traces)
+    path = tmp_path / f"viewers-{tab}.html"
+    path.write_text(f'<!DOCTYPE html><meta charset="utf-8"><body>{body}</body>', encoding="utf-8")
+    chromium.get(path.as_uri())
+    roots = chromium.find_elements("css selector", ".heedful-viewer")
+    for root in roots:
+        root.find_element("css selector", f'[data-part="tab-{tab}"]').click()
+    return roots
+
+
 def assert_no_console_errors(driver):
     severe = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     assert not severe, severe

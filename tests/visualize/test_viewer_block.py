@@ -10,7 +10,7 @@ import torch
 
 from heedful.translator import Translator
 
-from .test_html import assert_no_console_errors, chromium, open_page, part, screenshot
+from .test_html import assert_no_console_errors, chromium, open_page, open_viewers, part, screenshot
 from .test_viewer_calc import MODELS, traces
 from .test_viewer_views import choose
 
@@ -153,17 +153,7 @@ def test_the_view_says_what_it_needs(chromium, tmp_path, traces, name):
 
 
 def test_two_viewers_draw_their_own_block(chromium, tmp_path, traces):
-    from heedful.visualize.html import render_fragment
-
-    body = render_fragment(traces["transformer"]) + render_fragment(traces["transformer"])
-    path = tmp_path / "two-block.html"
-    path.write_text(f'<!DOCTYPE html><meta charset="utf-8"><body>{body}</body>', encoding="utf-8")
-    if isinstance(chromium, str):
-        pytest.fail(chromium)
-    chromium.get(path.as_uri())
-    roots = chromium.find_elements("css selector", ".heedful-viewer")
-    for root in roots:
-        root.find_element("css selector", '[data-part="tab-block"]').click()
+    roots = open_viewers(chromium, tmp_path, [traces["transformer"]] * 2, "block")
     roots[1].find_element("css selector", '[data-box="ff_out"]').click()
     pressed = [
         r.find_element("css selector", '.block-box[aria-pressed="true"]').get_attribute("data-box")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .test_html import assert_no_console_errors, chromium, open_page, part, screenshot
+from .test_html import assert_no_console_errors, chromium, open_page, open_viewers, part, screenshot
 from .test_viewer_calc import shown_vector, traces
 from .test_viewer_views import choose
 
@@ -162,17 +162,7 @@ def test_the_view_says_what_it_needs(chromium, tmp_path, traces, name):
 
 
 def test_two_viewers_step_on_their_own(chromium, tmp_path, traces):
-    from heedful.visualize.html import render_fragment
-
-    body = render_fragment(traces["rnn"]) + render_fragment(traces["rnn"])
-    path = tmp_path / "two-rnn.html"
-    path.write_text(f'<!DOCTYPE html><meta charset="utf-8"><body>{body}</body>', encoding="utf-8")
-    if isinstance(chromium, str):
-        pytest.fail(chromium)
-    chromium.get(path.as_uri())
-    roots = chromium.find_elements("css selector", ".heedful-viewer")
-    for root in roots:
-        root.find_element("css selector", '[data-part="tab-anim"]').click()
+    roots = open_viewers(chromium, tmp_path, [traces["rnn"]] * 2, "anim")
     for _ in range(3):
         roots[0].find_element("css selector", '[data-part="anim-next"]').click()
     roots[1].find_element("css selector", '[data-part="anim-next"]').click()

@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from .test_html import (
     assert_no_console_errors,
     chromium,
     open_page,
+    open_viewers,
     part,
     screenshot,
     synthetic_trace,
@@ -248,19 +248,9 @@ def test_rnn_without_attention_says_so_in_both_views(chromium, tmp_path):
 
 
 def test_two_viewers_each_open_their_own_thumbnail(chromium, tmp_path):
-    from heedful.visualize.html import render_fragment
-
     first = synthetic_trace(src_len=6, tgt_len=5, seed=1)
     second = synthetic_trace(src_len=9, tgt_len=7, heads=2, seed=2)
-    path = tmp_path / "two.html"
-    body = render_fragment(first) + render_fragment(second)
-    path.write_text(f'<!DOCTYPE html><meta charset="utf-8"><body>{body}</body>', encoding="utf-8")
-    if isinstance(chromium, str):
-        pytest.fail(chromium)
-    chromium.get(path.as_uri())
-    roots = chromium.find_elements("css selector", ".heedful-viewer")
-    for root in roots:
-        root.find_element("css selector", '[data-part="tab-model"]').click()
+    roots = open_viewers(chromium, tmp_path, [first, second], "model")
     counts = [len(r.find_elements("css selector", "button.thumb")) for r in roots]
     assert counts == [(2 + 2 + 2) * 4, (2 + 2 + 2) * 2]
     roots[0].find_element("css selector", 'button.thumb[data-kind="dec"][data-layer="0"]').click()
