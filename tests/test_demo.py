@@ -82,6 +82,7 @@ def test_stopping_by_max_time_warns_and_labels_the_heatmap(tmp_path, monkeypatch
 
 def test_the_warning_names_what_to_do():
     assert undertrained_warning("validation", 1.0, DEMO_TRAIN) is None
+    assert undertrained_warning("max_time", 1.0, DEMO_TRAIN) is None  # short, yet all right
     short = undertrained_warning("max_time", 0.984, DEMO_TRAIN)  # close, but short of its target
     assert short == (
         "warning: training stopped by --max-time (150 s) before its target (every development "

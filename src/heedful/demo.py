@@ -190,7 +190,7 @@ def undertrained_warning(stopped_by: str, accuracy: float, config: TrainConfig) 
     """One line saying what went wrong and what to do, or None if the model reached its
     target (every development pair right) and scores well on the held-out pairs."""
     low = accuracy < LOW_EXACT_MATCH
-    if stopped_by == "validation" and not low:
+    if (stopped_by == "validation" and not low) or accuracy == 1.0:  # every held-out pair right
         return None
     if stopped_by == "max_time":
         why = f"training stopped by --max-time ({config.max_time:g} s) before its target"
