@@ -37,20 +37,23 @@ def browser():
     options = Options()
     options.binary_location = "/usr/bin/chromium"
     for argument in ("--headless", "--no-sandbox", "--disable-gpu",
-                     "--disable-background-networking", "--window-size=1280,1000"):  # fmt: skip
+                     "--disable-background-networking", "--window-size=1280,2400"):  # fmt: skip
         options.add_argument(argument)
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
-def capture(driver, page: str, name: str, script: str = "") -> Path:
-    """Open `page` (HTML text), run `script` with `viewer` bound to its viewer, save the shot."""
+def capture(driver, page: str, name: str, shown: str, script: str = "") -> Path:
+    """Open `page` (HTML text), run `script` with `viewer` bound to its viewer, and save the
+    part named `shown` (a data-part: the panel of the view)."""
     with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False, encoding="utf-8") as f:
         f.write(page)
     driver.get(Path(f.name).as_uri())
     driver.execute_script("const viewer = window.heedfulViewer;\n" + script)
     driver.execute_script("return new Promise((done) => setTimeout(done, 300));")
     path = IMG / f"viewer-{name}.png"
-    driver.find_element("css selector", ".heedful-viewer").screenshot(str(path))
+    element = driver.find_element("css selector", f'[data-part="{shown}"]')
+    driver.execute_script("arguments[0].scrollIntoView();", element)
+    element.screenshot(str(path))
     Path(f.name).unlink()
     print(f"wrote {path}")
     return path
@@ -67,15 +70,15 @@ def shots(driver, transformer: Path, rnn: Path) -> None:
 
     t = build_trace(Translator.load(transformer), DATES, num_beams=3, n_best=2, internals=True)
     layers = t.model["decoder_layers"]
-    capture(driver, render_step(t, "cross", layers, 1, 1), "calculation")
-    capture(driver, render_html(t), "pipeline", 'viewer.showTab("pipe");')
-    capture(driver, render_html(t), "model-view", 'viewer.showTab("model");')
-    capture(driver, render_html(t), "block", 'viewer.showTab("block");')
+    capture(driver, render_step(t, "cross", layers, 1, 1), "calculation", "calc")
+    capture(driver, render_html(t), "pipeline", "panel-pipe", 'viewer.showTab("pipe");')
+    capture(driver, render_html(t), "model-view", "panel-model", 'viewer.showTab("model");')
+    capture(driver, render_html(t), "block", "panel-block", 'viewer.showTab("block");')
     r = build_trace(Translator.load(rnn), DIALOGUE, num_beams=1, internals=True)
-    capture(driver, render_step(r, "cross", 1, 1, 2), "rnn-calculation")
+    capture(driver, render_step(r, "cross", 1, 1, 2), "rnn-calculation", "calc")
     steps = len(r.source_tokens) + 2  # every encoder state, then two decoder steps
     script = 'viewer.showTab("anim");\n' + f"{part('anim-next')}.click();\n" * steps
-    capture(driver, render_html(r), "rnn-steps", script)
+    capture(driver, render_html(r), "rnn-steps", "panel-anim", script)
 
 
 def main() -> None:
