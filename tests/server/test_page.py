@@ -118,6 +118,34 @@ def test_the_page_shows_the_translation_once_with_its_attention(server, chromium
     no_errors(driver)
 
 
+def test_a_ctranslate2_server_lists_the_outputs_without_attention(model_dir, tmp_path, chromium):
+    """CTranslate2 gives no attention: the page does not ask for it (a 400 before) and lists
+    the beam's outputs instead of the viewer."""
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from heedful.runtime import load_translator
+
+    running = Server(model_dir, tmp_path / "ct2.log", *flags(LIMITS), "--engine", "ctranslate2")
+    try:
+        driver, text = chromium, "a cat sat"
+        driver.get(running.url + "/")
+        driver.find_element("id", "source-input").send_keys(text)
+        Select(driver.find_element("id", "num-beams")).select_by_value("3")
+        driver.find_element("id", "translate-button").click()
+        WebDriverWait(driver, 60).until(
+            lambda d: not d.find_element("id", "outputs").get_property("hidden")
+        )
+        items = [e.text for e in driver.find_elements("css selector", "#outputs li")]
+        ct2 = load_translator(model_dir, engine="ctranslate2")  # what that server runs
+        [best] = ct2.translate([text], num_beams=3, n_best=3)
+        assert items == [best.text] + [a.text for a in best.alternatives]
+        assert driver.find_element("id", "error").get_property("hidden")
+        assert driver.find_element("id", "viewer-frame").get_property("hidden")
+        no_errors(driver)
+    finally:
+        assert_clean_exit(running, running.stop())
+
+
 def test_the_page_lists_the_beams_hypotheses_and_shows_each(server, chromium, translator):
     driver, text = chromium, "a cat sat"
     translate_in_page(driver, server.url, text, beams=3)

@@ -292,8 +292,10 @@ def _add_status_routes(app, state: _State) -> None:
     async def index():
         service = _ready(state)
         if not page:
-            beams = service.translator.generation.num_beams
-            page.append(index_page(state.languages, state.limits, beams))
+            translator = service.translator
+            attention = translator.engine == "torch"  # ctranslate2 gives no weights
+            beams = translator.generation.num_beams
+            page.append(index_page(state.languages, state.limits, beams, attention))
         return HTMLResponse(page[0])
 
 

@@ -70,9 +70,13 @@ def _asset(name: str) -> str:
     return (resources.files(__package__) / "assets" / name).read_text(encoding="utf-8")
 
 
-def index_page(languages: tuple[str, str], limits: ServerLimits, default_beams: int) -> str:
+def index_page(
+    languages: tuple[str, str], limits: ServerLimits, default_beams: int, attention: bool = True
+) -> str:
+    """The page at /. attention: the engine gives attention weights (torch), so the page shows
+    each output in the viewer; without (ctranslate2) it lists the outputs."""
     src, tgt = languages
-    data = {"source": src, "target": tgt, "viewer": viewer_template()}
+    data = {"source": src, "target": tgt, "viewer": viewer_template(), "attention": attention}
     beams = "".join(
         f'<option value="{n}"{" selected" if n == default_beams else ""}>{n}</option>'
         for n in range(1, limits.max_num_beams + 1)

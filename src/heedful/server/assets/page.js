@@ -33,6 +33,16 @@ frame.addEventListener("load", () => {
   const Observer = frame.contentWindow && frame.contentWindow.ResizeObserver;
   if (Observer) new Observer(fit).observe(frame.contentDocument.documentElement);
 });
+// an engine without attention (ctranslate2): the beam's outputs as a list, best first
+function showOutputs(texts) {
+  const list = $("outputs");
+  list.replaceChildren(...texts.map((text) => {
+    const item = document.createElement("li");
+    item.textContent = text;
+    return item;
+  }));
+  list.hidden = false;
+}
 function showError(message) {
   $("error").textContent = message;
   $("error").hidden = false;
@@ -50,12 +60,16 @@ async function translate(event) {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ q: $("source-input").value, source: page.source,
         target: page.target, num_beams: beams, alternatives: beams - 1,
-        return_attention: true }),
+        return_attention: page.attention }),
     });
     const answer = await response.json();
     if (!response.ok) return showError(answer.error || "HTTP " + response.status);
-    frame.hidden = false;
-    frame.srcdoc = viewerPage(answer.attention);
+    if (page.attention) {
+      frame.hidden = false;
+      frame.srcdoc = viewerPage(answer.attention);
+    } else {
+      showOutputs([answer.translatedText, ...(answer.alternatives || [])]);
+    }
     window.heedfulPage.last = answer;
   } catch (error) {
     showError("the server did not answer: " + error);
