@@ -16,6 +16,7 @@ from heedful.decoding import beam_search, greedy_search
 from heedful.models.build import build_model
 from heedful.translator import Translator
 from heedful.visualize.trace import Trace, build_trace, estimated_json_bytes
+from heedful.visualize.trace_check import check_trace
 
 TOKENIZER = CharTokenizer("abcdefghij -")
 SENTENCE = "abc defg"
@@ -173,6 +174,27 @@ def test_rnn_internals_make_the_attention(name):
     assert decoder_states.shape == (len(hyp.tokens), 16) and contexts.shape == (len(hyp.tokens), 16)
     torch.testing.assert_close(scores.softmax(-1), cross, atol=1e-4, rtol=0)
     torch.testing.assert_close(cross @ states, contexts, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["rnn-bahdanau", "rnn-lstm-feeding", "rnn-none"])
+def test_rnn_internals_hold_the_embedding_rows_each_rnn_read(name):
+    """decoder_inputs[t] is the decoder's embedding row of hyp.decoder_input(BOS, EOS)[t];
+    encoder_inputs the encoder's rows of the source; decoder_reads says whether h̃_{t-1} too."""
+    t = translator(name)
+    trace = build_trace(t, SENTENCE, num_beams=3, n_best=3, length_penalty=0.0)
+    [hyps] = beam_search(t.model, src_ids(), BOS_ID, EOS_ID, 3, 3, 0.0, 0, 6)
+    decoder_rows = t.model.decoder.embedding.weight.detach().double()  # (V, E)
+    for traced, hyp in zip(trace.hypotheses, hyps):
+        expected = decoder_rows[hyp.decoder_input(BOS_ID, EOS_ID)]  # (T, E)
+        recorded = torch.tensor(traced.internals["decoder_inputs"], dtype=torch.float64)
+        assert recorded.shape == (len(traced.tokens), 8)
+        torch.testing.assert_close(recorded, expected, atol=1e-5, rtol=0)
+    source_rows = t.model.encoder.embedding.weight.detach().double()[src_ids()[0]]  # (S, E)
+    encoder = torch.tensor(trace.internals["encoder_inputs"], dtype=torch.float64)
+    torch.testing.assert_close(encoder, source_rows, atol=1e-5, rtol=0)
+    feeding = "embedding, attentional" if name == "rnn-lstm-feeding" else "embedding"
+    assert trace.internals["decoder_reads"] == feeding
+    check_trace(trace.to_dict())  # the new keys are internals leaves trace_check accepts
 
 
 def test_rnn_forward_returns_its_internals_and_rnn_none_its_states():

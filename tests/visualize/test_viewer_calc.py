@@ -164,6 +164,45 @@ def test_rnn_step_shows_the_seven_steps_with_the_models_score(chromium, tmp_path
     assert_no_console_errors(driver)
 
 
+def open_rnn_step(chromium, tmp_path, trace, t):
+    driver = open_page(chromium, tmp_path, trace, f"calc-rnn-inputs-{t}")
+    driver.find_element(*part("tab-replay")).click()
+    driver.execute_script("window.heedfulViewer.setStep(arguments[0])", t)
+    driver.find_element(*part("replay-calc")).click()
+    return driver
+
+
+def test_rnn_step_shows_the_embedding_the_decoder_read(chromium, tmp_path, traces):
+    """Step h_t shows embedding(y_{t-1}), the model's own embedding row of that token (float64
+    from its weights); a trace without the rows says they were not recorded."""
+    trace = traces["rnn"]
+    translator = Translator.load(MODELS / "rnn")
+    rows = translator.model.decoder.embedding.weight.detach().double().numpy()  # (V, E)
+    vocab = translator.tgt_tokenizer
+    ids = {vocab.id_to_token(i): i for i in range(len(vocab))}
+    hyp = trace["hypotheses"][0]
+    for t in (0, 2):
+        driver = open_rnn_step(chromium, tmp_path, trace, t)
+        token = "<s>" if t == 0 else hyp["tokens"][t - 1]
+        shown = driver.find_element(*part("calc-inputs"))
+        assert driver.execute_script("return arguments[0].querySelector('.tok').title", shown) == (
+            token
+        )
+        row = rows[ids[token]]
+        np.testing.assert_allclose(shown_vector(driver, "calc-embedding"), row, atol=1e-4)
+        assert_no_console_errors(driver)
+    old = {**trace, "hypotheses": [dict(h) for h in trace["hypotheses"]]}
+    for h in old["hypotheses"]:
+        h["internals"] = {k: v for k, v in h["internals"].items() if k != "decoder_inputs"}
+    old["internals"] = {
+        k: v for k, v in trace["internals"].items() if k not in ("encoder_inputs", "decoder_reads")
+    }
+    driver = open_rnn_step(chromium, tmp_path, old, 1)
+    assert "not recorded" in driver.find_element(*part("calc-inputs")).text
+    assert len(driver.find_elements("css selector", '[data-part="calc-body"] ol > li')) == 7
+    assert_no_console_errors(driver)
+
+
 def test_render_step_opens_on_that_cells_calculation(chromium, tmp_path, traces):
     trace = traces["transformer"]
     page = render_step(trace, "decoder", 2, 1, 3)

@@ -7,7 +7,7 @@ implementation of it. They are bounded: a trace holds them only while they stay 
 INTERNALS_MAX_NUMBERS numbers (internals_size), about 1 MB of JSON.
 
 Shapes: S source tokens, T output tokens, L layers, H heads, d_k = D / H, N RNN hidden size,
-A the size of an additive score's hidden layer (= N here).
+A the size of an additive score's hidden layer (= N here), E an RNN's embedding size (= D).
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ def internals_size(config, source_length: int, output_lengths: list[int]) -> int
         block = (len(BLOCK_TENSORS) * config.encoder_layers + 1) * s * d  # + embedding rows
         shared += block + pe_positions(config, s) * d + 1  # + the scale √D
         return shared + 4 * config.decoder_layers * total_t * d  # decoder q, k, v and cross q
-    n = config.hidden_size
+    n, e = config.hidden_size, config.d_model  # build.py: embed_size = d_model
+    embeddings = s * e + total_t * e  # encoder_inputs, decoder_inputs
     if config.attention == "none":
-        return s * n + total_t * n  # h̄_s and h̃_t
-    return 2 * s * n + n + 2 * total_t * n  # h̄_s, score keys, v; h̃_t, score queries
+        return embeddings + s * n + total_t * n  # h̄_s and h̃_t
+    return embeddings + 2 * s * n + n + 2 * total_t * n  # h̄_s, score keys, v; h̃_t, queries
 
 
 def _attention_modules(model: nn.Module) -> dict[str, nn.Module]:
@@ -70,7 +71,8 @@ def _attention_modules(model: nn.Module) -> dict[str, nn.Module]:
 def recording(model: nn.Module) -> Iterator[dict]:
     """Within the block, every projection the model runs is kept in the yielded dict:
     Transformer ("encoder" | "decoder" | "cross", layer, "q" | "k" | "v") -> (1, H, L, d_k);
-    RNN "encoder" -> (1, S, N) and "combine" -> the W_c [h_t; c_t] of each call (1, t, N)."""
+    RNN "encoder" -> (1, S, N), "combine" -> the W_c [h_t; c_t] of each call (1, t, N) and
+    "encoder_inputs" / "decoder_inputs" -> the embedding rows the two RNNs read (1, S or T, E)."""
     captured: dict = {}
     handles = []
 
@@ -92,6 +94,9 @@ def recording(model: nn.Module) -> Iterator[dict]:
     else:
         handles.append(model.encoder.register_forward_hook(keep("encoder")))
         handles.append(model.decoder.combine.register_forward_hook(keep("combine")))
+        for side in ("encoder", "decoder"):
+            embedding = getattr(model, side).embedding
+            handles.append(embedding.register_forward_hook(keep(side + "_inputs")))
     try:
         yield captured
     finally:
@@ -207,14 +212,21 @@ def _score_parts(attention: nn.Module, states: torch.Tensor, queries: torch.Tens
 
 
 def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tuple[dict, dict]:
-    """(shared, per hypothesis): encoder states h̄_s [S][N] and the score's key parts; this
-    hypothesis's attentional states h̃_t = tanh(W_c [h_t; c_t]) [T][N] and query parts."""
+    """(shared, per hypothesis): encoder states h̄_s [S][N], the score's key parts, the source's
+    embedding rows [S][E] and what the decoder RNN reads besides them; this hypothesis's
+    attentional states h̃_t = tanh(W_c [h_t; c_t]) [T][N], query parts and the embedding rows
+    of y_{t-1} (<s> at t = 1) the decoder RNN read [T][E]."""
     import torch
 
     states = captured["encoder"][0][0]  # (S, N)
     attentional = torch.tanh(torch.cat(captured["combine"], dim=1)[0])  # (T, N)
+    decoder_inputs = torch.cat(captured["decoder_inputs"], dim=1)[0]  # (T, E)
+    reads = "embedding, attentional" if model.decoder.input_feeding else "embedding"
     shared = {"encoder_states": _rounded(states, decimals), "score_keys": None, "score_v": None}
+    shared["encoder_inputs"] = _rounded(captured["encoder_inputs"][0][0], decimals)  # (S, E)
+    shared["decoder_reads"] = reads  # with input feeding, h̃_{t-1} too (zeros at t = 1)
     own = {"attentional": _rounded(attentional, decimals), "score_queries": None}
+    own["decoder_inputs"] = _rounded(decoder_inputs, decimals)
     if model.decoder.attention is not None:
         parts = _score_parts(model.decoder.attention, states, maps.decoder_states[0])
         keys, queries, v = (_rounded(p, decimals) for p in parts)

@@ -60,10 +60,29 @@ function rnnTable(h, t, calc) {
   }
   return table;
 }
+// What the decoder RNN read at step t: embedding(y_{t-1}) (<s> at the first step) and, with
+// input feeding, h̃_{t-1} (zeros at the first step). Older traces lack the embeddings.
+function rnnInputs(item, t) {
+  const h = hyp(), own = h.internals, feeding = trace.internals.decoder_reads === "embedding, attentional";
+  const line = el("div", "calc-inputs");
+  line.dataset.part = "calc-inputs";
+  line.appendChild(el("span", null, "h_t = RNN(" + (feeding ? "[embedding(y_{t\u22121}); h\u0303_{t\u22121}]" : "embedding(y_{t\u22121})") + ", h_{t\u22121}), with embedding("));
+  line.appendChild(tokenChip(t === 0 ? "<s>" : h.tokens[t - 1]));
+  line.appendChild(el("span", null, ") = "));
+  if (own.decoder_inputs) line.appendChild(vectorSpan("calc-embedding", own.decoder_inputs[t]));
+  else line.appendChild(el("span", "note-inline", "not recorded (an older trace)"));
+  if (feeding) {
+    const fed = t === 0 ? own.attentional[0].map(() => 0) : own.attentional[t - 1];
+    line.appendChild(el("span", null, " and h\u0303_{t\u22121} = "));
+    line.appendChild(vectorSpan("calc-fed", fed));
+  }
+  item.appendChild(line);
+}
 function renderRnnCalc(body, t) {
   const h = hyp(), calc = rnnCalculation(t);
   const steps = el("ol", "calc-steps");
-  stepItem(steps, "The decoder state h_t (the RNN's output at this step):", vectorSpan("calc-query", h.rnn.decoder_states[t]));
+  const first = stepItem(steps, "The decoder state h_t (the RNN's output at this step):", vectorSpan("calc-query", h.rnn.decoder_states[t]));
+  rnnInputs(first, t);
   stepItem(steps, "The encoder states h\u0304_s, one per source token (the table's h\u0304_s column).");
   stepItem(steps, "Score each one: " + (RNN_FORMULAS[model.attention] || model.attention) + ".");
   stepItem(steps, "Softmax the scores into the weights a_t(s).");
