@@ -174,7 +174,8 @@ class Translator:
             src = pad(ids).to(self.device)  # (B, S)
             found = self.search(src, num_beams, n_best, **settings)
             for row, (i, hyps) in enumerate(zip(chunk, found)):
-                first, *rest = [self._translation(texts[i], h) for h in hyps]
+                source_tokens = self.src_tokenizer.tokens(texts[i])  # once for its n-best
+                first, *rest = [self._translation(source_tokens, h) for h in hyps]
                 if need_weights:
                     source = src[row : row + 1, : len(ids[row])]  # (1, S) without padding
                     for translation, hyp in zip([first, *rest], hyps):
@@ -220,11 +221,11 @@ class Translator:
         maps = self.replay(src, hypothesis).attention
         return None if maps.cross is None else maps.cross[0].permute(2, 0, 1, 3).cpu()
 
-    def _translation(self, text: str, hyp: Hypothesis) -> Translation:
+    def _translation(self, source_tokens: list[str], hyp: Hypothesis) -> Translation:
         tokens = [self.tgt_tokenizer.id_to_token(i) for i in hyp.tokens]
         return Translation(
             self.tgt_tokenizer.decode(hyp.tokens),
-            self.src_tokenizer.tokens(text),
+            list(source_tokens),  # its own list: the n-best share one tokenization
             tokens + ([EOS] if hyp.finished else []),
             hyp.score,
         )

@@ -227,11 +227,12 @@ def _rnn_parts(maps) -> dict:
     }
 
 
-def _replayed(translator, src: torch.Tensor, hyp, top_k: int, internals: bool):
+def _replayed(translator, src: torch.Tensor, hyp, top_k: int, internals: bool, first: bool):
     """A hypothesis with what the model computed at each of its steps (Translator.replay).
 
     Returns the TraceHypothesis, the encoder self-attention (L, H, S, S) or None, and the
-    internals shared by all hypotheses (None unless `internals`).
+    internals shared by all hypotheses (None unless `internals`; the encoder block's tensors,
+    the same for every hypothesis, are read for the `first` one only).
     """
     tgt_tok = translator.tgt_tokenizer
     with recording(translator.model) as captured:
@@ -240,7 +241,7 @@ def _replayed(translator, src: torch.Tensor, hyp, top_k: int, internals: bool):
     shared = own = None
     if internals and translator.config.arch == "transformer":
         shared, own = transformer_internals(captured, DECIMALS)
-        shared["block"] = block_internals(captured, translator.model, DECIMALS)
+        shared["block"] = block_internals(captured, translator.model, DECIMALS) if first else None
     elif internals:
         shared, own = rnn_internals(
             captured, translator.model, maps, DECIMALS
@@ -299,7 +300,9 @@ def build_trace(
         lengths = [len(h.produced(EOS_ID)) for h in hyps]
         internals = internals_size(translator.config, len(ids), lengths) <= INTERNALS_MAX_NUMBERS
     with torch.no_grad():
-        traced = [_replayed(translator, src, h, top_k, internals) for h in hyps]
+        traced = [
+            _replayed(translator, src, h, top_k, internals, i == 0) for i, h in enumerate(hyps)
+        ]
     return Trace(
         model=model_info(translator.config),
         source=sentence,
