@@ -198,6 +198,7 @@ class TrainConfig:
 
 
 MAX_BEAMS = 256  # the largest num_beams a config or model directory may ask for
+MAX_OUTPUT_OFFSET = 10_000  # the largest max_len_offset: output tokens beyond the ratio's
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ class GenerationConfig:
             "n_best": (1, self.num_beams),
             "length_penalty": (0.0, 10.0),  # GNMT's alpha; Wu et al. 2016 found 0.6-0.7 best
             "max_len_ratio": (0.0, 100.0),
-            "max_len_offset": (0, 10_000),
+            "max_len_offset": (0, MAX_OUTPUT_OFFSET),
         }
         for name, (low, high) in ranges.items():
             value = getattr(self, name)

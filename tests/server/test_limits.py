@@ -34,3 +34,14 @@ def test_an_api_error_carries_its_status_message_and_headers():
         503, "busy", {"Retry-After": "1"}, "busy"
     )  # fmt: skip
     assert ApiError(400, "bad").headers == {}
+
+
+def test_max_new_tokens_stays_within_what_a_search_takes():
+    """A binding cap becomes the search's max_len_offset (GenerationConfig checks its range):
+    a larger one would fail each request it binds, so the server refuses it at start."""
+    from heedful.config import MAX_OUTPUT_OFFSET, GenerationConfig
+
+    ServerLimits(max_new_tokens=MAX_OUTPUT_OFFSET)
+    GenerationConfig(max_len_ratio=0.0, max_len_offset=MAX_OUTPUT_OFFSET)
+    with pytest.raises(ValueError, match="max_new_tokens must be at most 10,000"):
+        ServerLimits(max_new_tokens=MAX_OUTPUT_OFFSET + 1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from heedful.config import MAX_OUTPUT_OFFSET
+
 
 def _limit(default, help: str):
     return field(default=default, metadata={"help": help})
@@ -62,6 +64,11 @@ class ServerLimits:
                 ok, rule = value >= 1, ">= 1"
             if not ok:
                 raise ValueError(f"ServerLimits.{spec.name} must be {rule}, got {value!r}")
+        if self.max_new_tokens > MAX_OUTPUT_OFFSET:  # a cap that binds becomes a search's offset
+            raise ValueError(
+                f"ServerLimits.max_new_tokens must be at most {MAX_OUTPUT_OFFSET:,} (the largest "
+                f"output limit a search takes), got {self.max_new_tokens}"
+            )
 
 
 DEFAULT_LIMITS = ServerLimits()
