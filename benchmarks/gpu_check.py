@@ -27,7 +27,7 @@ import time
 import torch
 
 from heedful.config import ModelConfig, TrainConfig
-from heedful.data.batching import collate
+from heedful.data.batching import InMemoryPairs, collate
 from heedful.data.tasks import generate_dates
 from heedful.data.tokenizers import CharTokenizer
 from heedful.models.build import build_model
@@ -133,8 +133,8 @@ def main() -> int:
     config = TrainConfig(batch_tokens=12000, max_steps=steps, bf16=True, lr=1e-3,
                          warmup_steps=100, eval_every=10**9, log_every=every)  # fmt: skip
     records = []
-    train(model.to(cuda), src_ids, tgt_ids, config, progress=False, log=records.append,
-          device=cuda)  # fmt: skip
+    train(model.to(cuda), InMemoryPairs(src_ids, tgt_ids), config, progress=False,
+          log=records.append, device=cuda)  # fmt: skip
     (a, b) = records[1], records[-1]  # leave the first sixth of the steps (warm-up) out
     report["train_tokens_per_s"] = (b["tokens"] - a["tokens"]) / (b["seconds"] - a["seconds"])
     translator = Translator(model, tok, tok, device=cuda)

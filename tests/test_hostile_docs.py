@@ -5,8 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import test_hostile_decoding as decoding
+import test_hostile_jsonl as jsonl
 import test_hostile_model_dirs as model_dirs
 import test_hostile_training as training
+from data import test_hostile_prepared as prepared
+from hf import test_hostile as hf_dirs
+from server import test_decoding_fields as decoding_fields
 from server import test_hostile as server
 from visualize import test_hostile_traces as traces
 
@@ -32,6 +37,11 @@ def test_the_documented_counts_are_the_tables():
         "`tests/test_hostile_model_dirs.py` (`INPUT_CASES`": 2 * len(model_dirs.INPUT_CASES),
         "`tests/test_hostile_model_dirs.py` (the same": len(model_dirs.SERVED) + UMASKS,
         "`tests/visualize/test_hostile_traces.py` (`CASES`": len(traces.CASES) + SIZE_LIMIT,
+        "`tests/hf/test_hostile.py` (`CASES`": len(hf_dirs.CASES),
+        "`tests/test_hostile_decoding.py` (`CASES`": len(decoding.CASES),
+        "`tests/server/test_decoding_fields.py` (`BAD`": len(decoding_fields.BAD),
+        "`tests/test_hostile_jsonl.py` (`CASES`": 2 * len(jsonl.CASES),  # reader and CLI
+        "`tests/data/test_hostile_prepared.py` (`CASES`": len(prepared.CASES),
     }
     for start, n in expected.items():
         [row] = [name for name in counts if name.startswith(start)]

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from heedful.config import ModelConfig, TrainConfig
-from heedful.data.batching import Batch
+from heedful.data.batching import Batch, InMemoryPairs
+from heedful.data.stream import BatchStream
 from heedful.models.build import build_model
-from heedful.training import BatchStream, train
+from heedful.training import train
 from heedful.training_state import TrainState
 
 
@@ -16,20 +17,20 @@ def data(n=40):
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(2, 9, (n,), generator=g).tolist()
     src = [torch.randint(4, 12, (length,), generator=g).tolist() for length in lengths]
-    return src, [list(reversed(s)) for s in src]
+    return InMemoryPairs(src, [list(reversed(s)) for s in src])
 
 
 def test_batch_stream_resumes_at_any_position():
-    src, tgt = data()
-    straight = BatchStream(src, tgt, 40, seed=5)
-    batches = [straight.next() for _ in range(25)]  # crosses epoch boundaries
-    resumed = BatchStream(src, tgt, 40, seed=5, epoch=straight.epoch, batch=straight.batch)
-    again = BatchStream(src, tgt, 40, seed=5)
+    pairs = data()
+    straight = BatchStream(pairs, 40, seed=5)
+    batches = [straight.next().batch for _ in range(25)]  # crosses epoch boundaries
+    resumed = BatchStream(pairs, 40, seed=5, epoch=straight.epoch, batch=straight.batch)
+    again = BatchStream(pairs, 40, seed=5)
     for _ in range(11):
         again.next()
-    tail = BatchStream(src, tgt, 40, seed=5, epoch=again.epoch, batch=again.batch)
+    tail = BatchStream(pairs, 40, seed=5, epoch=again.epoch, batch=again.batch)
     for i in range(11, 25):
-        assert all(torch.equal(a, b) for a, b in zip(tail.next(), batches[i]))
+        assert all(torch.equal(a, b) for a, b in zip(tail.next().batch, batches[i]))
     assert resumed.epochs_done() >= 1
 
 
@@ -37,18 +38,16 @@ MODEL = ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1,
 
 
 def test_the_stream_gives_named_batches():
-    src, tgt = data()
-    assert isinstance(BatchStream(src, tgt, 40, seed=5).next(), Batch)
+    assert isinstance(BatchStream(data(), 40, seed=5).next().batch, Batch)
 
 
 def test_max_epochs_stops_after_exactly_one_pass():
-    src, tgt = data()
+    pairs = data()
     model = build_model(MODEL, 12, 12)
-    per_epoch = len(BatchStream(src, tgt, 60, seed=1)._order)
+    per_epoch = len(BatchStream(pairs, 60, seed=1))
     result = train(
         model,
-        src,
-        tgt,
+        pairs,
         TrainConfig(batch_tokens=60, max_epochs=1, max_steps=1000, seed=1),
         progress=False,
     )
@@ -73,15 +72,14 @@ def test_bf16_is_automatic_only_on_a_gpu():
     ],
 )
 def test_patience_counts_validations_without_improvement(metric, values, stopped_by, steps):
-    src, tgt = data()
+    pairs = data()
     scores = iter(values)
     config = TrainConfig(
         batch_tokens=60, max_steps=8, eval_every=2, early_stopping_metric=metric, patience=2
     )
     result = train(
         build_model(MODEL, 12, 12),
-        src,
-        tgt,
+        pairs,
         config,
         validate=lambda _: {metric: next(scores)},
         progress=False,
@@ -92,12 +90,12 @@ def test_patience_counts_validations_without_improvement(metric, values, stopped
 
 def test_a_run_resumed_from_its_state_continues_bit_for_bit(tmp_path):
     """Dropout draws from the RNG and Adam keeps moments: both must come back exactly."""
-    src, tgt = data()
+    pairs = data()
     config = TrainConfig(batch_tokens=60, max_steps=8, eval_every=4, warmup_steps=3, seed=2)
     torch.manual_seed(0)
     straight = build_model(MODEL, 12, 12)  # dropout 0.1
     start = {k: v.clone() for k, v in straight.state_dict().items()}
-    train(straight, src, tgt, config, progress=False)
+    train(straight, pairs, config, progress=False)
 
     half = build_model(MODEL, 12, 12)
     half.load_state_dict(start)
@@ -107,12 +105,12 @@ def test_a_run_resumed_from_its_state_continues_bit_for_bit(tmp_path):
         state.save(tmp_path)
         saved.update({k: v.clone() for k, v in half.state_dict().items()})
 
-    train(half, src, tgt, replace(config, max_steps=4), progress=False, save=save)
+    train(half, pairs, replace(config, max_steps=4), progress=False, save=save)
     torch.rand(10)  # a new process: the generator is elsewhere
     resumed = build_model(MODEL, 12, 12)
     resumed.load_state_dict(saved)
     state = TrainState.resume(tmp_path, resumed, config)
     assert state.progress.step == 4
-    train(resumed, src, tgt, config, progress=False, state=state)
+    train(resumed, pairs, config, progress=False, state=state)
     for name, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[name]), name

@@ -13,6 +13,9 @@ __version__ = "0.1.0"
 def load(model_dir, device="cpu", quantize=None):
     """A Translator for a model directory: `heedful.load(DIR).translate(["Hi."], num_beams=5)`.
 
+    DIR is a heedful model directory or a Hugging Face one (Marian, BART, mBART, M2M100/NLLB,
+    T5 in the save_pretrained layout; needs pip install 'heedful[hf]', see heedful.hf).
+
     quantize="int8" runs its Linear layers in int8 on the CPU (Translator.load says how).
     """
     from heedful.translator import Translator

@@ -268,3 +268,91 @@ class LuongAttention(nn.Module):
 
     def forward(self, query, keys, values, mask=None) -> tuple[torch.Tensor, torch.Tensor]:
         return attend(self.score(query, self.prepare_keys(keys)), values, mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Local attention (Luong et al. 2015, §3.2)
+# ---------------------------------------------------------------------------------------------
+
+
+def local_weights(
+    scores: torch.Tensor,
+    centers: torch.Tensor,
+    window: int,
+    mask: torch.Tensor | None,
+    gaussian: bool,
+) -> torch.Tensor:
+    """Luong et al. 2015, §3.2: attend only to source positions s with |s - p_t| <= D.
+
+    scores (..., Lq, Lk) of score(h_t, h̄_s); centers (..., Lq) the aligned positions p_t;
+    window D. a_t = softmax of the scores over the window (eq. 7, keys outside it at exactly 0);
+    with `gaussian` (local-p) each is then multiplied by exp(-(s - p_t)² / 2σ²), σ = D / 2
+    (eq. 10), which favours the positions near p_t: such rows sum to less than 1, as in the
+    paper. mask: the usual (..., Lq, Lk)-broadcastable bool mask, True where allowed.
+    """
+    positions = torch.arange(scores.size(-1), device=scores.device, dtype=centers.dtype)
+    distance = positions - centers.unsqueeze(-1)  # (..., Lq, Lk) s - p_t
+    inside = distance.abs() <= window
+    weights = masked_softmax(scores, inside if mask is None else inside & mask)
+    if gaussian:
+        sigma = window / 2
+        weights = weights * torch.exp(-(distance**2) / (2 * sigma**2)).to(weights.dtype)
+    return weights
+
+
+class LuongLocalAttention(nn.Module):
+    """Luong et al. 2015, §3.2, local attention, with the 'general' score h_tᵀ W_a h̄_s:
+
+    local-m (monotonic):  p_t = t, the decoder step (clamped to the last source position, so
+                          that a long output still sees the source's end)
+    local-p (predictive): p_t = S · sigmoid(v_pᵀ tanh(W_p h_t)), S the source length (eq. 9)
+
+    forward takes `positions` (..., Lq), the decoder steps of the queries (local-m needs them;
+    default 0 .. Lq - 1), and returns (context, weights) like every attention here; centers()
+    gives the p_t the weights were centred on.
+    """
+
+    def __init__(self, kind: str, query_size: int, key_size: int, window: int = 10):
+        super().__init__()
+        if kind not in ("m", "p"):
+            raise ValueError(f"unknown local attention kind {kind!r}; choose 'm' or 'p'")
+        if window < 1:
+            raise ValueError(f"the local attention window D must be at least 1, got {window}")
+        self.local, self.window, self.kind = kind, window, "general"  # kind: the score's
+        self.w_a = nn.Linear(key_size, query_size, bias=False)
+        if kind == "p":
+            self.w_p = nn.Linear(query_size, query_size, bias=False)
+            self.v_p = nn.Linear(query_size, 1, bias=False)
+
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.w_a(keys)  # W_a h̄_s: (..., Lk, d_q)
+
+    def score(self, query: torch.Tensor, prepared_keys: torch.Tensor) -> torch.Tensor:
+        return query @ prepared_keys.transpose(-2, -1)  # (..., Lq, Lk)
+
+    def centers(
+        self, query: torch.Tensor, positions: torch.Tensor, lengths: torch.Tensor
+    ) -> torch.Tensor:
+        """p_t (..., Lq) for queries (..., Lq, d_q) at decoder steps `positions` (..., Lq) over
+        sources of `lengths` (..., 1) real tokens."""
+        if self.local == "m":
+            return torch.minimum(positions.to(query.dtype), (lengths - 1).to(query.dtype))
+        gate = torch.sigmoid(self.v_p(torch.tanh(self.w_p(query)))).squeeze(-1)  # (..., Lq)
+        return lengths.to(query.dtype) * gate
+
+    def weigh(self, scores, query, mask, positions) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights (..., Lq, Lk), centers p_t (..., Lq)) from the scores of `query`."""
+        lengths = scores.new_full((*scores.shape[:-2], 1), scores.size(-1))  # (..., 1)
+        if mask is not None:
+            lengths = mask.sum(-1).to(scores.dtype)  # (..., 1) real source tokens
+        centers = self.centers(query, positions, lengths)
+        return local_weights(scores, centers, self.window, mask, self.local == "p"), centers
+
+    def forward(
+        self, query, keys, values, mask=None, positions=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if positions is None:
+            positions = torch.arange(query.size(-2), device=query.device).expand(query.shape[:-1])
+        scores = self.score(query, self.prepare_keys(keys))
+        weights, _ = self.weigh(scores, query, mask, positions)
+        return weights @ values, weights

@@ -15,6 +15,7 @@ never run.
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -58,6 +59,10 @@ def write_model_files(
     from safetensors.torch import save_model
 
     directory = Path(directory)
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        # cuDNN packs an RNN's weights into one buffer, which safetensors takes for tied
+        # weights that differ; a CPU copy has one tensor per weight (and ties stay tied)
+        model = copy.deepcopy(model).cpu()
     save_model(model, str(directory / "model.safetensors"))  # handles tied (shared) weights
     readable_as_created(directory / "model.safetensors")
     src_tokenizer.save(directory / "tokenizer.src")
@@ -115,8 +120,16 @@ def read_model_config(directory: Path) -> tuple[dict, ModelConfig]:
         raise CheckpointError(f"model directory not found: {directory}")
     path = directory / "config.json"
     meta = read_json(path, MAX_JSON_BYTES)
+    if isinstance(meta, dict) and "model_type" in meta and "format" not in meta:
+        raise CheckpointError(
+            f"{path}: a Hugging Face model ({meta['model_type']!r}), not a heedful model "
+            "directory; heedful.load, translate, attention, explain and serve (torch engine) "
+            "open it, this needs a heedful one"
+        )
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a heedful model config")
+        raise CheckpointError(
+            f"{path}: not a heedful model config, nor a Hugging Face one (it has no model_type)"
+        )
     version = meta.get("format_version")
     if type(version) is not int or version != FORMAT_VERSION:
         newer = type(version) is int and version > FORMAT_VERSION
@@ -298,6 +311,12 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     check_weights(skeleton, directory / "model.safetensors")
     _check_computed_buffers(skeleton, directory / "config.json")
     src_tokenizer, tgt_tokenizer = load_tokenizers(directory, meta)
+    sides = (directory / "tokenizer.src", directory / "tokenizer.tgt")
+    if model_config.copy and len({path.read_bytes() for path in sides}) > 1:
+        raise CheckpointError(  # the pointer-generator's source ids are its output ids
+            f"{directory}: model.copy needs one vocabulary, but tokenizer.src and tokenizer.tgt "
+            "differ"
+        )
     generation = read_generation(directory)
     model = build_model(model_config, *sizes)
     load_weights(model, directory / "model.safetensors")

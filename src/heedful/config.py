@@ -8,18 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A config key is unknown, has the wrong type or an invalid value; the message names it."""
+from heedful.configfile import ConfigError, apply_overrides, from_dict, parse_yaml
 
 
 def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
@@ -40,7 +35,8 @@ def _fraction(key: str, value: float) -> None:
 
 
 ARCHS = ("transformer", "rnn")
-RNN_ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat")
+RNN_ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat",
+                  "luong-local-m", "luong-local-p")  # fmt: skip
 
 # The keys only one family reads; the other family's keys are errors (see ModelConfig.check_given).
 FAMILY_KEYS = {
@@ -48,7 +44,8 @@ FAMILY_KEYS = {
         "attention_dropout", "tie_embeddings", "num_heads", "encoder_layers", "decoder_layers",
         "d_ff", "norm", "positional", "max_positions",
     ),
-    "rnn": ("rnn_cell", "hidden_size", "rnn_layers", "bidirectional", "attention", "input_feeding"),
+    "rnn": ("rnn_cell", "hidden_size", "rnn_layers", "bidirectional", "attention", "input_feeding",
+            "local_window", "copy"),
 }  # fmt: skip
 
 
@@ -73,7 +70,12 @@ class ModelConfig:
     rnn_layers: int = 1
     bidirectional: bool = True  # each direction gets hidden_size / 2
     attention: str = "bahdanau"  # none | bahdanau | luong-dot | luong-general | luong-concat
+    local_window: int = 10  # D of luong-local-m/-p: attend to [p_t - D, p_t + D] (§3.2: D = 10)
     input_feeding: bool = False  # Luong 2015 §3.3: feed [h_t; c_t] summary into the next step
+    # See et al. 2017's pointer-generator: mix the softmax with the attention over the source
+    # positions holding each token (copying), weighted by a learned p_gen; needs attention and
+    # one vocabulary for both sides (data.joint_vocab)
+    copy: bool = False
 
     def __post_init__(self) -> None:
         _choice("model.arch", self.arch, ARCHS)
@@ -82,7 +84,7 @@ class ModelConfig:
         _choice("model.rnn_cell", self.rnn_cell, ("gru", "lstm"))
         _choice("model.attention", self.attention, RNN_ATTENTIONS)
         sizes = ("d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
-                 "max_positions", "hidden_size", "rnn_layers")  # fmt: skip
+                 "max_positions", "hidden_size", "rnn_layers", "local_window")  # fmt: skip
         for name in sizes:
             _positive(f"model.{name}", getattr(self, name))
         for name in ("dropout", "attention_dropout"):
@@ -92,6 +94,9 @@ class ModelConfig:
                 f"model.d_model ({self.d_model}) must be divisible by model.num_heads "
                 f"({self.num_heads})"
             )
+        if self.arch == "rnn" and self.copy and self.attention == "none":
+            raise ConfigError("model.copy: the pointer-generator copies with attention; choose "
+                              "a model.attention other than none")  # fmt: skip
         if self.arch == "rnn" and self.bidirectional and self.hidden_size % 2:
             raise ConfigError(
                 f"model.hidden_size ({self.hidden_size}) must be even with model.bidirectional"
@@ -111,23 +116,34 @@ class ModelConfig:
                         f"{prefix}{key}: only arch {arch} uses it, this model is "
                         f"{prefix}arch {self.arch}; remove the key"
                     )
+        if "local_window" in given and "local" not in self.attention and self.local_window != 10:
+            raise ConfigError(f"{prefix}local_window: only luong-local-m / -p attention uses it")
 
     def used(self) -> dict:
         """The keys this model's family reads, as plain data (what a model directory stores)."""
         unused = {k for arch, keys in FAMILY_KEYS.items() if arch != self.arch for k in keys}
+        if "local" not in self.attention:  # only local attention has a window
+            unused.add("local_window")
+        if not self.copy:  # model directories written before it stay byte for byte the same
+            unused.add("copy")
         return {k: v for k, v in to_dict(self).items() if k not in unused}
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    # Parallel text: either two line-aligned files or one TSV (source TAB target) per split.
+    # Parallel text: two line-aligned files, one TSV (source TAB target) or one JSON Lines
+    # file (one object per line, as summarization corpora come) per split.
     # Relative paths are read from the directory heedful runs in.
     train_src: str | None = None
     train_tgt: str | None = None
     train_tsv: str | None = None
+    train_jsonl: str | None = None
     valid_src: str | None = None
     valid_tgt: str | None = None
     valid_tsv: str | None = None
+    valid_jsonl: str | None = None
+    jsonl_src_field: str = "document"  # the JSON Lines field read as the source
+    jsonl_tgt_field: str = "summary"  # and the one read as the target
     src_lang: str = "en"
     tgt_lang: str = "de"
     tokenizer: str = "sentencepiece"  # sentencepiece | char
@@ -142,15 +158,28 @@ class DataConfig:
     # not used.
     src_tokenizer: str | None = None
     tgt_tokenizer: str | None = None
+    # SentencePiece is trained on at most this many sentences (per side, or of both sides for
+    # a joint vocabulary), a uniform sample of the training text (reservoir sampling, seeded).
+    tokenizer_sample: int = 1_000_000
+    # Large corpora: a directory of token ids binarized once into memory-mapped shards
+    # (`heedful prepare CONFIG` writes it; training reads it, preparing it first when it is
+    # missing or the files above changed). None: read and tokenize the corpus in memory.
+    prepared: str | None = None
+    shard_tokens: int = 50_000_000  # at most this many token ids (both sides) per shard
 
     def __post_init__(self) -> None:
         _choice("data.tokenizer", self.tokenizer, ("sentencepiece", "char"))
         if (self.src_tokenizer is None) != (self.tgt_tokenizer is None):
             raise ConfigError("data.src_tokenizer and data.tgt_tokenizer: give both or neither")
         _choice("data.sp_model_type", self.sp_model_type, ("unigram", "bpe"))
+        for name in ("jsonl_src_field", "jsonl_tgt_field"):
+            if not getattr(self, name):
+                raise ConfigError(f"data.{name}: must name a field, got an empty string")
         _positive("data.vocab_size", self.vocab_size)
         _positive("data.max_length", self.max_length)
         _positive("data.valid_max_sentences", self.valid_max_sentences)
+        _positive("data.tokenizer_sample", self.tokenizer_sample)
+        _positive("data.shard_tokens", self.shard_tokens)
 
 
 @dataclass(frozen=True)
@@ -179,6 +208,12 @@ class TrainConfig:
     # torch threads; None: one per core we may use, shared among torchrun's local processes
     # (or OMP_NUM_THREADS when set). Fewer than the cores helps when another process is busy.
     threads: int | None = None
+    # processes that collate batches ahead of the training step (torch DataLoader workers);
+    # 0 collates in the training process. The batches are the same either way.
+    data_workers: int = 0
+    # torchrun: the processes other than rank 0 print nothing; true writes what they would
+    # have printed to rank-N.log in the run directory
+    rank_logs: bool = False
 
     def __post_init__(self) -> None:
         _choice("train.schedule", self.schedule, ("inverse_sqrt", "constant"))
@@ -190,7 +225,7 @@ class TrainConfig:
                     "log_every", "accumulate", "keep_best", "patience", "threads")  # fmt: skip
         for name in positive:
             _positive(f"train.{name}", getattr(self, name))
-        for name in ("warmup_steps", "weight_decay", "clip_norm"):
+        for name in ("warmup_steps", "weight_decay", "clip_norm", "data_workers"):
             _positive(f"train.{name}", getattr(self, name), allow_zero=True)
         _fraction("train.label_smoothing", self.label_smoothing)
         for i, beta in enumerate(self.betas):
@@ -199,6 +234,8 @@ class TrainConfig:
 
 MAX_BEAMS = 256  # the largest num_beams a config or model directory may ask for
 MAX_OUTPUT_OFFSET = 10_000  # the largest max_len_offset: output tokens beyond the ratio's
+# Ranges whose low end is excluded: a temperature or top-p of 0 leaves nothing to draw from
+ABOVE_LOW = ("temperature", "top_p")
 
 
 @dataclass(frozen=True)
@@ -210,6 +247,12 @@ class GenerationConfig:
     max_len_ratio: float = 1.5  # output limit = ratio · source length + offset
     max_len_offset: int = 10
     n_best: int = 1
+    sample: bool = False  # draw every token from the softmax instead of searching (sampling.py)
+    temperature: float = 1.0  # above 0: below 1 sharpens the distribution, above 1 flattens it
+    top_k: int | None = None  # draw among the k most probable tokens only (None: all)
+    top_p: float = 1.0  # nucleus: the fewest tokens holding this much probability, in (0, 1]
+    seed: int | None = None  # same seed, same batch: same samples (None: torch's random state)
+    num_samples: int = 1  # outputs drawn per input
 
     def __post_init__(self) -> None:
         ranges = {
@@ -218,13 +261,19 @@ class GenerationConfig:
             "length_penalty": (0.0, 10.0),  # GNMT's alpha; Wu et al. 2016 found 0.6-0.7 best
             "max_len_ratio": (0.0, 100.0),
             "max_len_offset": (0, MAX_OUTPUT_OFFSET),
+            "temperature": (0.0, 100.0),  # 0 itself excluded (ABOVE_LOW), as for top_p
+            "top_p": (0.0, 1.0),
+            "top_k": (1, 2**31),  # None: every token a candidate
+            "seed": (0, 2**63 - 1),  # what torch.Generator.manual_seed takes
+            "num_samples": (1, MAX_BEAMS),
         }
         for name, (low, high) in ranges.items():
-            value = getattr(self, name)
-            if not (math.isfinite(value) and low <= value <= high):  # also False for NaN
-                raise ConfigError(
-                    f"field generation.{name} must be from {low} to {high}, got {value!r}"
-                )
+            value, above = getattr(self, name), name in ABOVE_LOW
+            if value is not None and not (
+                math.isfinite(value) and low <= value <= high and not (above and value == low)
+            ):  # also False for NaN
+                span = f"above {low} and at most {high}" if above else f"from {low} to {high}"
+                raise ConfigError(f"field generation.{name} must be {span}, got {value!r}")
 
     def max_output_length(self, source_length: int) -> int:
         """The output limit for a source of `source_length` tokens, </s> not counted:
@@ -244,66 +293,23 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)  # saved with the model
 
+    def __post_init__(self) -> None:
+        # the pointer-generator adds attention on source ids to the same output ids
+        data = self.data
+        given = data.src_tokenizer is not None  # then joint_vocab is not used
+        shared = data.src_tokenizer == data.tgt_tokenizer if given else data.joint_vocab
+        if self.model.arch == "rnn" and self.model.copy and not shared:
+            fix = ("name one tokenizer file as both data.src_tokenizer and data.tgt_tokenizer"
+                   if given else "set data.joint_vocab: true")  # fmt: skip
+            raise ConfigError(
+                "model.copy needs one vocabulary for both sides, so that a source id is the "
+                f"same output id: {fix}"
+            )
+
 
 # ---------------------------------------------------------------------------------------------
-# Plain data <-> dataclasses, with the key path in every error
+# YAML files <-> Config (configfile.py does the typed conversion)
 # ---------------------------------------------------------------------------------------------
-
-
-def _convert(value: Any, hint: Any, key: str) -> Any:
-    origin = typing.get_origin(hint)
-    if hint is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(value, option, key)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(errors[0] if errors else f"{key}: invalid value {value!r}")
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
-        return from_dict(hint, value, prefix=f"{key}.")
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
-        return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)  # YAML's 1 is an int; a float key takes it
-    if hint is float and isinstance(value, float) and not math.isfinite(value):
-        # .inf and .nan are valid YAML, but no setting here means anything when infinite: an
-        # infinite learning rate turns every weight into NaN without an error
-        raise ConfigError(f"{key}: must be a finite number, got {value}")
-    if hint is bool and not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool)):
-        raise ConfigError(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    """Build dataclass `cls` from plain data; unknown keys and wrong types raise ConfigError."""
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(
-            f"unknown config key {prefix}{unknown[0]} (known keys under "
-            f"{prefix.rstrip('.') or 'the top level'}: {', '.join(sorted(names))})"
-        )
-    kwargs = {name: _convert(value, hints[name], prefix + name) for name, value in data.items()}
-    config = cls(**kwargs)
-    if hasattr(config, "check_given"):  # keys that are valid alone but not together
-        config.check_given(set(data), prefix)
-    return config
 
 
 def to_dict(config: Any) -> dict:
@@ -322,45 +328,6 @@ def to_dict(config: Any) -> dict:
     return data
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 1e-3 (no dot) as a string; users, and YAML 1.2, mean a number."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
-def _parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader: no Python objects
-
-
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply `section.key=value` strings (values parsed as YAML) to plain config data."""
-    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like section.key=value")
-        path, raw = item.split("=", 1)
-        *parents, leaf = path.strip().split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: {part} is not a section")
-        try:
-            node[leaf] = _parse_yaml(raw)
-        except yaml.YAMLError as error:
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise ConfigError(
-                f"override {item!r}: {path.strip()}: the value {raw!r} is not valid YAML "
-                f"({problem}); quote a string, write a list as [a, b]"
-            ) from None
-    return data
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] = (), cls: type = Config):
     """Read a YAML config (or the defaults when path is None) and apply overrides."""
     data: dict = {}
@@ -369,7 +336,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), cls: 
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         try:
-            data = _parse_yaml(path.read_text(encoding="utf-8")) or {}
+            data = parse_yaml(path.read_text(encoding="utf-8")) or {}
         except UnicodeDecodeError as error:
             raise ConfigError(
                 f"{path}: not UTF-8 text ({error.reason} at byte {error.start})"

@@ -1,9 +1,10 @@
 """Search, written once against the models' encode / init_state / decode_step.
 
-Both searches return, for every sentence, the tokens produced and their log-probability. They
-do not record attention: the weights behind an output come from one teacher-forced pass over it
-(Translator.replay), which computes the same numbers the search saw, since each step sees the
-same prefix, for every layer and head and for any search.
+Greedy search, sampling (sampling.py) and beam search; each can be given a prefix the outputs
+must start with (prefix.py). All return, for every sentence, the tokens produced and their
+log-probability. They do not record attention: the weights behind an output come from one
+teacher-forced pass over it (Translator.replay), which computes the same numbers the search saw,
+since each step sees the same prefix, for every layer and head and for any search.
 
 Shapes: B sentences, K beam size, V target vocabulary, S source length, L layers, H heads;
 a decode step sees R = B·K rows, sentence-major (sentence b owns rows b·K .. b·K + K - 1).
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from heedful.models.base import Seq2SeqModel
+from heedful.prefix import force, prefix_tensor
+from heedful.sampling import Sampling, draw
 
 
 @dataclass
@@ -56,10 +59,52 @@ def greedy_search(
     eos_id: int,
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
+    prefix: list[list[int]] | None = None,
 ) -> list[Hypothesis]:
-    """Pick the most probable token at every step until </s> or the length limit."""
+    """Pick the most probable token at every step until </s> or the length limit.
+
+    prefix: per sentence, ids the output must start with (forced, their log-probabilities
+    counted in the score); the search continues after them.
+    """
+    return _one_path(model, src, bos_id, eos_id, (max_len_ratio, max_len_offset), prefix, None)
+
+
+@torch.no_grad()
+def sample_search(
+    model: Seq2SeqModel,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    sampling: Sampling,
+    num_samples: int = 1,
+    max_len_ratio: float = 2.0,
+    max_len_offset: int = 10,
+    prefix: list[list[int]] | None = None,
+) -> list[list[Hypothesis]]:
+    """Draw each token from the model's distribution as `sampling` reshapes it (sampling.py),
+    num_samples independent outputs per sentence. Scores are the model's own log-probabilities
+    of the drawn tokens. With sampling.seed set, the same batch gives the same samples."""
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+    tile = torch.arange(src.size(0), device=src.device).repeat_interleave(num_samples)
+    tiled_prefix = None if prefix is None else [prefix[int(i)] for i in tile]
+    generator = sampling.generator(src.device)
+
+    def choose(log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        token = draw(log_probs, sampling, generator)  # (R,)
+        return log_probs.gather(1, token.unsqueeze(1)).squeeze(1), token
+
+    lengths = (max_len_ratio, max_len_offset)
+    found = _one_path(model, src[tile], bos_id, eos_id, lengths, tiled_prefix, choose)
+    return [found[i : i + num_samples] for i in range(0, len(found), num_samples)]
+
+
+def _one_path(model, src, bos_id, eos_id, ratio_offset, prefix, choose) -> list[Hypothesis]:
+    """One hypothesis per sentence, each step's token picked by choose(log_probs (B, V)) ->
+    (its log-prob, token) each (B,); None picks the most probable (greedy)."""
     batch = src.size(0)
-    limits = max_output_lengths(src, model.pad_id, max_len_ratio, max_len_offset)
+    limits = max_output_lengths(src, model.pad_id, *ratio_offset)
+    forced = prefix_tensor(prefix, src.device, limits)
     memory = model.encode(src)
     state = model.init_state(memory)
     last = torch.full((batch,), bos_id, dtype=torch.long, device=src.device)
@@ -69,7 +114,8 @@ def greedy_search(
     tokens = []
     for step in range(int(limits.max())):
         log_probs, state, _ = model.decode_step(memory, state, last, need_weights=False)
-        best_score, last = log_probs.max(dim=-1)  # (B,)
+        log_probs = force(log_probs, forced, step)
+        best_score, last = log_probs.max(dim=-1) if choose is None else choose(log_probs)  # (B,)
         active = ~done
         scores += torch.where(active, best_score, torch.zeros_like(best_score))
         lengths += active.long()
@@ -253,6 +299,7 @@ def beam_search(
     length_penalty: float = 1.0,
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
+    prefix: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch: every sentence's beams decode together as one (B·K) batch.
 
@@ -264,26 +311,24 @@ def beam_search(
 
     A sentence stops once it keeps beam_size finished hypotheses and its best alive one cannot
     beat the worst of them even at the most favourable length (so stopping never changes the
-    result), or at its length limit. Stopped sentences leave the batch.
+    result), or at its length limit. Stopped sentences leave the batch. prefix: as greedy's.
     """
     _check_beam_arguments(beam_size, n_best)
     batch, k, device = src.size(0), beam_size, src.device
     if batch == 0:
         return []
     limits = max_output_lengths(src, model.pad_id, max_len_ratio, max_len_offset)  # (B,)
+    forced = prefix_tensor(prefix, device, limits)  # (B, P) or None, within the limits
     memory = model.encode(src)
     tile = torch.arange(batch, device=device).repeat_interleave(k)  # (B·K,) each sentence K times
     memory, state = memory.index_select(tile), model.init_state(memory).index_select(tile)
     sentences = torch.arange(batch, device=device)  # (B,) which input sentence each row block is
-    empty = torch.full((batch, k), -torch.inf, device=device)  # (B, K)
-    zeros = torch.zeros((batch, k), dtype=torch.long, device=device)  # (B, K)
-    pool = _Ends(empty, zeros, zeros, zeros)  # finished hypotheses
-    scores = empty.clone()
-    scores[:, 0] = 0.0  # one live beam to start: the others would only repeat it
+    pool, scores = _start(batch, k, device)  # finished hypotheses (none), beams' scores (B, K)
     last = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)  # (B·K,)
     history, parents, results = _History([], []), tile, []  # step 0's parents are not followed
     for step in range(int(limits.max())):
         log_probs, state, _ = model.decode_step(memory, state, last, need_weights=False)
+        log_probs = force(log_probs, forced, step, sentences, k)
         history.record(last, parents)
         finished, alive = _split(_extend(scores, log_probs, step), eos_id, k)
         pool = _best_finished(pool, finished, k, length_penalty)
@@ -302,6 +347,16 @@ def beam_search(
         # each row now continues the beam it extends
         state = state.index_select(parents, same_sources)
     return _collect(results, history, batch)
+
+
+def _start(batch: int, k: int, device) -> tuple[_Ends, torch.Tensor]:
+    """An empty pool of finished hypotheses (B, K) and the scores (B, K) of the beams: one live
+    beam per sentence to start, since the others would only repeat it."""
+    empty = torch.full((batch, k), -torch.inf, device=device)  # (B, K)
+    zeros = torch.zeros((batch, k), dtype=torch.long, device=device)  # (B, K)
+    scores = empty.clone()
+    scores[:, 0] = 0.0
+    return _Ends(empty, zeros, zeros, zeros), scores
 
 
 def _collect(results, history: _History, batch: int) -> list[list[Hypothesis]]:

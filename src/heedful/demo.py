@@ -45,6 +45,10 @@ DEMO_MODELS: dict[str, ModelConfig] = {
     "rnn-luong-dot": replace(_RNN, attention="luong-dot"),
     "rnn-luong-general": replace(_RNN, attention="luong-general"),
     "rnn-luong-concat": replace(_RNN, attention="luong-concat"),
+    # Luong's local attention (§3.2) with a window of D = 5 each side: a date's source is
+    # about 25 characters, so the paper's D = 10 would cover nearly all of it
+    "rnn-luong-local-m": replace(_RNN, attention="luong-local-m", local_window=5),
+    "rnn-luong-local-p": replace(_RNN, attention="luong-local-p", local_window=5),
 }
 
 DEMO_TRAIN = TrainConfig(
@@ -136,6 +140,7 @@ def _train_config(max_steps: int | None, max_time: float | None, seed: int) -> T
 def _train(translator: Translator, pairs: tuple[list, list], config: Config, out: Path, progress):
     """Train translator.model on `pairs` (train, dev), logging to out/metrics.jsonl as `heedful
     train` does, and stopping early once it gets every development pair right."""
+    from heedful.data.batching import InMemoryPairs
     from heedful.experiment import make_validator
     from heedful.run_dir import Run
     from heedful.training import Distributed
@@ -158,8 +163,10 @@ def _train(translator: Translator, pairs: tuple[list, list], config: Config, out
 
     return train_model(
         translator.model,
-        [translator.src_tokenizer.encode(s) for s, _ in train],
-        [translator.tgt_tokenizer.encode(t) for _, t in train],
+        InMemoryPairs(
+            [translator.src_tokenizer.encode(s) for s, _ in train],
+            [translator.tgt_tokenizer.encode(t) for _, t in train],
+        ),
         config.train,
         validate=validate,
         good_enough=lambda m: m["exact_match"] >= 0.999,

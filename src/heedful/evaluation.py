@@ -1,6 +1,6 @@
-"""Scores of translations against references: sacreBLEU's BLEU, chrF and TER, exact match, and
+"""Scores of translations against references: sacreBLEU's BLEU, chrF and TER, exact match,
 BLEU per source-length bucket (the table that shows whether a fixed-size context vector is a
-bottleneck on long sentences)."""
+bottleneck on long sentences), and ROUGE-1/2/L for summaries (Google's rouge-score)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,64 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
 
     _check_lengths(hypotheses, references)
     return BLEU().corpus_score(list(hypotheses), [list(references)]).score
+
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+
+
+@dataclass
+class RougeScores:
+    """ROUGE-1, -2 and -L F1 (Lin 2004) of each hypothesis against its reference, averaged over
+    the sentences and scaled to 0-100, as summarization papers report them (See et al. 2017)."""
+
+    rouge1: float
+    rouge2: float
+    rougeL: float  # the package's own names
+    signature: str
+
+    def __str__(self) -> str:
+        return (
+            f"ROUGE-1 = {self.rouge1:.2f}  ROUGE-2 = {self.rouge2:.2f}  "
+            f"ROUGE-L = {self.rougeL:.2f}  ({self.signature})"
+        )
+
+
+def require_rouge():
+    """The rouge-score package's scorer module, or an error that says how to install it."""
+    try:
+        from rouge_score import rouge_scorer
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "ROUGE needs the rouge-score package: pip install 'heedful[rouge]'"
+        ) from None
+    return rouge_scorer
+
+
+def rouge_scores(
+    hypotheses: Sequence[str], references: Sequence[str], use_stemmer: bool = True
+) -> RougeScores:
+    """Mean ROUGE-1/2/L F1 × 100, exactly as the `rouge-score` package scores each pair.
+
+    Its tokenizer lowercases and keeps runs of a-z and 0-9 only, so it suits English; a
+    language with other letters loses them (the signature says so). Needs the package:
+    pip install 'heedful[rouge]'.
+    """
+    from importlib.metadata import version
+
+    rouge_scorer = require_rouge()
+    _check_lengths(hypotheses, references)
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
+    totals = dict.fromkeys(ROUGE_TYPES, 0.0)
+    for hypothesis, reference in zip(hypotheses, references):
+        scores = scorer.score(reference, hypothesis)  # (target, prediction): reference first
+        for name in ROUGE_TYPES:
+            totals[name] += scores[name].fmeasure
+    mean = {name: 100 * total / len(references) for name, total in totals.items()}
+    signature = (
+        f"rouge-score {version('rouge-score')}|F1|mean over sentences|n:{len(references)}|"
+        f"stemmer:{'porter' if use_stemmer else 'none'}|tok:lowercase a-z0-9"
+    )
+    return RougeScores(**mean, signature=signature)
 
 
 LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, None))

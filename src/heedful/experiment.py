@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -17,43 +17,21 @@ import torch
 from heedful.checkpoint import CheckpointError, load_model_dir
 from heedful.config import Config, ConfigError, save_config
 from heedful.cpu import set_threads
-from heedful.data.batching import bucketed_batches, collate
-from heedful.data.corpus import CorpusError
+from heedful.data.batching import InMemoryPairs, Pairs, bucketed_batches, collate
+from heedful.data.corpus import CorpusError, iter_split, split_source
 from heedful.models.build import build_model
 from heedful.run_dir import Run
 from heedful.training import Distributed, TrainResult, sequence_loss, train
 from heedful.training_state import TrainState, seed_generators
 
 
-def split_source(config: Config, split: str) -> str:
-    """The config keys and files a split is read from, as error messages name them."""
-    data = config.data
-    if getattr(data, f"{split}_tsv") is not None:
-        return f"data.{split}_tsv ({getattr(data, f'{split}_tsv')})"
-    src, tgt = getattr(data, f"{split}_src"), getattr(data, f"{split}_tgt")
-    return f"data.{split}_src and data.{split}_tgt ({src}, {tgt})"
-
-
 def read_split(config: Config, split: str) -> list[tuple[str, str]]:
     """The (source, target) pairs of `train` or `valid`, from aligned files or a TSV; at least
     one, since an empty split fails later, deep inside training or the first validation."""
-    from heedful.data.corpus import read_parallel, read_tsv
-
-    data = config.data
-    src, tgt, tsv = (getattr(data, f"{split}_{k}") for k in ("src", "tgt", "tsv"))
-    if tsv is not None:
-        if src is not None or tgt is not None:
-            raise ConfigError(f"data.{split}_tsv and data.{split}_src/_tgt are exclusive: give one")
-        pairs = read_tsv(Path(tsv), f"data.{split}_tsv")
-    elif src is None or tgt is None:
-        raise ConfigError(
-            f"data.{split}_src and data.{split}_tgt (or data.{split}_tsv) are required"
-        )
-    else:
-        pairs = read_parallel(Path(src), Path(tgt), f"data.{split}_src", f"data.{split}_tgt")
+    pairs = list(iter_split(config.data, split))
     if not pairs:
         raise CorpusError(
-            f"{split_source(config, split)}: empty, no sentence pairs; the {split} split "
+            f"{split_source(config.data, split)}: empty, no sentence pairs; the {split} split "
             "needs at least one line"
         )
     return pairs
@@ -110,7 +88,7 @@ def _check_valid_lengths(src_ids, config: Config) -> None:
     for number, ids in enumerate(src_ids, start=1):
         if len(ids) > limit:
             raise CorpusError(
-                f"{split_source(config, 'valid')}: pair {number} has a source of {len(ids):,} "
+                f"{split_source(config.data, 'valid')}: pair {number} has a source of {len(ids):,} "
                 f"tokens, more than model.max_positions ({limit}); validation translates whole "
                 "sentences: shorten or remove that line, or raise model.max_positions"
             )
@@ -147,11 +125,12 @@ def _new_tokenizers(config: Config, train_pairs):
             vocab_size=data.vocab_size,
             model_type=data.sp_model_type,
             joint=data.joint_vocab,
+            sample=data.tokenizer_sample,
         )
     except ValueError as e:
         raise ConfigError(
             f"cannot train the data.tokenizer ({data.tokenizer}) on "
-            f"{split_source(config, 'train')}: {e} (data.vocab_size = {data.vocab_size})"
+            f"{split_source(config.data, 'train')}: {e} (data.vocab_size = {data.vocab_size})"
         ) from None
 
 
@@ -164,10 +143,21 @@ def _model_and_tokenizers(config: Config, latest: Path | None, given, train_pair
                 f"{latest}: its model config differs from the config given; "
                 "use --force to start over"
             )
-        return loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
+        tokenizers = (loaded.src_tokenizer, loaded.tgt_tokenizer)
+        if given is not None and not all(map(_same_tokenizer, tokenizers, given)):
+            raise CheckpointError(
+                f"{latest}: its tokenizers differ from the ones the data was encoded with "
+                "(data.prepared or data.src_tokenizer); use --force to start over"
+            )
+        return loaded.model, *tokenizers
     src_tok, tgt_tok = given or _new_tokenizers(config, train_pairs)
     seed_generators(config.train.seed)  # the initial weights, drawn from the seed
     return build_model(config.model, len(src_tok), len(tgt_tok)), src_tok, tgt_tok
+
+
+def _same_tokenizer(a, b) -> bool:
+    pieces = [a.id_to_token(i) for i in range(len(a))] == [b.id_to_token(i) for i in range(len(b))]
+    return pieces and getattr(a, "model_proto", None) == getattr(b, "model_proto", None)
 
 
 def _training_ids(config: Config, train_pairs, src_tok, tgt_tok, echo):
@@ -177,11 +167,70 @@ def _training_ids(config: Config, train_pairs, src_tok, tgt_tok, echo):
     src_ids, tgt_ids, report = filter_pairs(train_pairs, src_tok, tgt_tok, config.data.max_length)
     if not src_ids:
         raise CorpusError(
-            f"{split_source(config, 'train')}: no training pairs left: {report}; check the "
+            f"{split_source(config.data, 'train')}: no training pairs left: {report}; check the "
             f"files, or raise data.max_length (now {config.data.max_length})"
         )
     echo(f"training pairs: {report}")
     return src_ids, tgt_ids
+
+
+@dataclass
+class TrainingData:
+    """What a run trains and validates on, read and checked before anything else happens."""
+
+    valid: list[tuple[str, str]]
+    given: tuple | None  # tokenizers the data fixes (data.src_tokenizer, or a prepared dir's)
+    text: list[tuple[str, str]] | None  # the training pairs as text, when read into memory
+    prepared: Pairs | None  # the training pairs as ids, memory-mapped from data.prepared
+
+    def pairs(self, config: Config, src_tok, tgt_tok, echo) -> Pairs:
+        if self.prepared is not None:
+            return self.prepared
+        return InMemoryPairs(*_training_ids(config, self.text, src_tok, tgt_tok, echo))
+
+
+def read_training_data(config: Config, dist: Distributed, progress: bool, echo) -> TrainingData:
+    """The corpus in memory, or (data.prepared) a prepared directory, prepared first by rank 0
+    when it is missing or its inputs changed; the other processes wait, then open it too."""
+    if config.data.prepared is None:
+        train_pairs, valid_pairs = read_split(config, "train"), read_split(config, "valid")
+        return TrainingData(valid_pairs, _given_tokenizers(config), train_pairs, None)
+    from heedful.data.prepare import prepare, settings
+    from heedful.data.prepared import PreparedError, open_prepared, read_manifest
+
+    directory = Path(config.data.prepared)
+    if dist.is_main:
+        try:
+            prepare(config.data, directory, progress=progress, echo=echo)
+        except PreparedError as error:  # an input is missing: a copied directory may do
+            if not (directory / "manifest.json").exists():
+                raise
+            echo(f"warning: {error}; training on {directory} as it was prepared")
+    dist.barrier()
+    if read_manifest(directory).get("settings") != settings(config.data):
+        raise PreparedError(
+            f"{directory}: prepared with other data settings than the config's (tokenizer, "
+            "vocabulary, max_length, shard size); run heedful prepare with this config"
+        )
+    prepared = open_prepared(directory)
+    echo(f"prepared data: {directory}: {len(prepared.train):,} training pairs")
+    return TrainingData(prepared.valid, prepared.tokenizers, None, prepared.train)
+
+
+def _voice(dist: Distributed, run_dir: Path, rank_logs: bool, echo):
+    """What this process prints with: `echo` on rank 0; on the others nothing, or (rank_logs)
+    a line appended to rank-N.log in the run directory."""
+    if dist.is_main:
+        return echo
+    if not rank_logs:
+        return lambda message: None
+
+    def to_file(message: str) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / f"rank-{dist.rank}.log", "a", encoding="utf-8") as log:
+            log.write(f"{message}\n")
+
+    return to_file
 
 
 def train_from_config(
@@ -194,32 +243,24 @@ def train_from_config(
     if dist.world_size > 1 and not torch.distributed.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         torch.distributed.init_process_group(backend)
+    echo = _voice(dist, Path(run_dir), config.train.rank_logs, echo)
     # Read and check every input first: --force must not delete a run for a typo in a path.
-    train_pairs, valid_pairs = read_split(config, "train"), read_split(config, "valid")
-    given = _given_tokenizers(config)
+    data = read_training_data(config, dist, progress, echo)
     run = Run(Path(run_dir), config, dist)
     with run.locked():
         latest = None if force else run.resume_point(echo)
-        model, src_tok, tgt_tok = _model_and_tokenizers(config, latest, given, train_pairs)
-        src_ids, tgt_ids = _training_ids(config, train_pairs, src_tok, tgt_tok, echo)
-        validate = make_validator(valid_pairs, src_tok, tgt_tok, config, device)
+        model, src_tok, tgt_tok = _model_and_tokenizers(config, latest, data.given, data.text)
+        pairs = data.pairs(config, src_tok, tgt_tok, echo)
+        validate = make_validator(data.valid, src_tok, tgt_tok, config, device)
         if force:
             run.clear()
         dist.barrier()
         return _train_run(
-            run,
-            model,
-            (src_tok, tgt_tok),
-            (src_ids, tgt_ids),
-            validate,
-            latest,
-            progress,
-            echo,
-            device,
+            run, model, (src_tok, tgt_tok), pairs, validate, latest, progress, echo, device
         )
 
 
-def _train_run(run: Run, model, tokenizers, ids, validate, latest, progress, echo, device):
+def _train_run(run: Run, model, tokenizers, pairs, validate, latest, progress, echo, device):
     """Set up the training state (fresh or resumed), then run the training loop."""
     config, dist = run.config, run.dist
     if dist.is_main:
@@ -238,7 +279,7 @@ def _train_run(run: Run, model, tokenizers, ids, validate, latest, progress, ech
     )
     result = train(
         model,
-        *ids,
+        pairs,
         config.train,
         validate=validate,
         progress=progress,

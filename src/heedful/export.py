@@ -48,7 +48,8 @@ from heedful.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
 from heedful.io import atomic_write_json, staged
 from heedful.positional import sinusoidal_encoding
 
-FORMATS = ("ctranslate2",)
+# ctranslate2 here; huggingface: a Marian model directory for transformers (heedful.hf.export)
+FORMATS = ("ctranslate2", "huggingface")
 # Weight types `heedful export --quantization` accepts (CTranslate2's own names). int8 keeps
 # one scale per output row (Dense int8 GEMM); float16/bfloat16 halve the file.
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -20,7 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from heedful.config import TrainConfig
-from heedful.data.batching import Batch, bucketed_batches, collate
+from heedful.data.batching import Pairs
+from heedful.data.stream import BatchStream, Shard
 from heedful.data.tokenizers import PAD_ID
 from heedful.evaluation import improves
 from heedful.training_state import TrainProgress, TrainState
@@ -89,50 +89,9 @@ def sequence_loss(
     )
 
 
-class BatchStream:
-    """Batches in a reproducible order that can resume at any (epoch, batch) position.
-
-    Each epoch's order depends only on the seed and the epoch number, so a resumed run sees
-    exactly the batches the uninterrupted run would have seen.
-    """
-
-    def __init__(
-        self, src_ids, tgt_ids, batch_tokens: int, seed: int, epoch: int = 0, batch: int = 0
-    ):
-        self.src_ids, self.tgt_ids, self.seed = src_ids, tgt_ids, seed
-        self.src_lengths = [len(s) for s in src_ids]
-        self.tgt_lengths = [len(t) + 1 for t in tgt_ids]  # + <s> or </s>
-        self.batch_tokens, self.epoch, self.batch = batch_tokens, epoch, batch
-        self._order = self._epoch_order()
-
-    def _epoch_order(self) -> list[list[int]]:
-        rng = random.Random(self.seed * 1_000_003 + self.epoch)
-        return bucketed_batches(self.src_lengths, self.tgt_lengths, self.batch_tokens, rng)
-
-    def epochs_done(self) -> int:
-        """Complete passes over the data so far."""
-        return self.epoch + (1 if self.batch >= len(self._order) else 0)
-
-    def next(self) -> Batch:
-        if self.batch >= len(self._order):
-            self.epoch, self.batch = self.epoch + 1, 0
-            self._order = self._epoch_order()
-        indices = self._order[self.batch]
-        self.batch += 1
-        return collate([self.src_ids[i] for i in indices], [self.tgt_ids[i] for i in indices])
-
-
-def _shard(batch: Batch, dist: Distributed) -> tuple[Batch, float]:
-    """This rank's rows of a global batch; a rank left without rows gets one row, weighted 0."""
-    rows = list(range(dist.rank, batch.src.size(0), dist.world_size))
-    weight = 1.0 if rows else 0.0
-    return Batch(*(t[rows or [0]] for t in batch)), weight
-
-
 def train(
     model: nn.Module,
-    src_ids: Sequence[Sequence[int]],
-    tgt_ids: Sequence[Sequence[int]],
+    pairs: Pairs,
     config: TrainConfig,
     validate: Callable[[nn.Module], dict] | None = None,
     good_enough: Callable[[dict], bool] | None = None,
@@ -148,13 +107,13 @@ def train(
     validate(model) -> metrics runs every `eval_every` steps in eval mode; `save(state,
     metrics)` is then called (and once more at the end) to checkpoint; `log(record)` receives
     training records. `state` resumes a run (default: TrainState.fresh); `dist` shards each
-    global batch across processes (the model is then wrapped in DistributedDataParallel).
+    global batch across processes (each reads only its rows; the model is then wrapped in
+    DistributedDataParallel).
     """
     state = state if state is not None else TrainState.fresh(model, config)
     p = state.progress
-    stream = BatchStream(
-        src_ids, tgt_ids, config.batch_tokens, config.seed, p.epoch, p.batch_in_epoch
-    )
+    stream = BatchStream(pairs, config.batch_tokens, config.seed, p.epoch, p.batch_in_epoch,
+                         dist.rank, dist.world_size, config.data_workers)  # fmt: skip
     net = nn.parallel.DistributedDataParallel(model) if dist.world_size > 1 else model
     autocast = _autocast(config, device)
     bar = _progress_bar(config, p, show=progress and dist.is_main)
@@ -162,14 +121,16 @@ def train(
     session_start, start_seconds = time.perf_counter(), p.seconds
     model.train()
     while (stopped_by := _limit_reached(config, stream, p)) is None:
-        batches = [stream.next().to(device) for _ in range(config.accumulate)]
-        loss_sum, tokens = _optimizer_step(net, model, batches, state, config, dist, autocast)
+        shards = [stream.next() for _ in range(config.accumulate)]
+        loss_sum, tokens = _optimizer_step(
+            net, model, shards, state, config, dist, device, autocast
+        )
         p.step, p.tokens = p.step + 1, p.tokens + tokens
         p.epoch, p.batch_in_epoch = stream.epoch, stream.batch
         p.seconds = start_seconds + time.perf_counter() - session_start
         bar.update(1)
         if p.step % config.log_every == 0:
-            _log(_record(state, loss_sum * dist.world_size, tokens, batches), bar, log)
+            _log(_record(state, loss_sum * dist.world_size, tokens, shards), bar, log)
         if p.step % config.eval_every == 0:
             metrics = None if validate is None else _validate(model, validate, p, config, bar, dist)
             if metrics is not None:
@@ -211,16 +172,18 @@ def _progress_bar(config: TrainConfig, p: TrainProgress, show: bool):
     )
 
 
-def _optimizer_step(net, model, batches, state, config, dist, autocast) -> tuple[float, int]:
+def _optimizer_step(
+    net, model, shards: list[Shard], state, config, dist, device, autocast
+) -> tuple[float, int]:
     """One optimizer step over `accumulate` global batches -> (this rank's summed loss, the
     global batches' target tokens). Each rank's loss is its share of the global token mean, so
     gradients match one process on the whole batch."""
-    total_tokens = sum(b.target_tokens() for b in batches)
+    total_tokens = sum(shard.global_tokens for shard in shards)
     state.optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
-    for i, batch in enumerate(batches):
-        (src, tgt_in, tgt_out), weight = _shard(batch, dist)
-        sync = i == len(batches) - 1 or dist.world_size == 1
+    for i, (batch, weight, _) in enumerate(shards):
+        src, tgt_in, tgt_out = batch.to(device)
+        sync = i == len(shards) - 1 or dist.world_size == 1
         with autocast, nullcontext() if sync else net.no_sync():
             logits = net(src, tgt_in).logits  # (B, T, V)
             loss = sequence_loss(logits, tgt_out, config.label_smoothing, "sum")
@@ -234,7 +197,7 @@ def _optimizer_step(net, model, batches, state, config, dist, autocast) -> tuple
     return loss_sum, total_tokens
 
 
-def _record(state: TrainState, loss_sum: float, tokens: int, batches: list[Batch]) -> dict:
+def _record(state: TrainState, loss_sum: float, tokens: int, shards: list[Shard]) -> dict:
     """A training record for metrics.jsonl and the progress bar."""
     p = state.progress
     return {
@@ -247,7 +210,10 @@ def _record(state: TrainState, loss_sum: float, tokens: int, batches: list[Batch
         "seconds": p.seconds,
         "epoch": p.epoch,
         # share of the step's target positions that are padding (bucketing keeps it low)
-        "padding": 1.0 - tokens / sum(b.tgt_out.numel() for b in batches),
+        # (this rank's rows: the share is the same in expectation on every rank)
+        "padding": 1.0
+        - sum(s.batch.target_tokens() for s in shards)
+        / max(1, sum(s.batch.tgt_out.numel() for s in shards)),
     }
 
 

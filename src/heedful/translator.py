@@ -14,8 +14,10 @@ from heedful.checkpoint import load_model_dir
 from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.batching import pad
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
-from heedful.decoding import Hypothesis, beam_search, greedy_search
+from heedful.decoding import Hypothesis, beam_search, greedy_search, sample_search
 from heedful.models.base import Seq2SeqOutput
+from heedful.models.ensemble import Ensemble
+from heedful.sampling import Sampling
 
 
 @dataclass
@@ -135,6 +137,14 @@ class Translator:
     ) -> Translator:
         """Load a model directory; quantize="int8" makes its Linear layers int8 (CPU only)."""
         check_quantize(quantize, device)
+        from heedful.hf.layout import is_huggingface_dir
+
+        if is_huggingface_dir(model_dir):  # a save_pretrained directory (heedful.hf)
+            from heedful.hf.loading import load_parts
+
+            model, src, tgt, generation, languages = load_parts(model_dir, device)
+            model = model if quantize is None else quantize_int8(model)
+            return cls(model, src, tgt, generation, device, languages)
         loaded = load_model_dir(model_dir)
         model = loaded.model if quantize is None else quantize_int8(loaded.model)
         return cls(
@@ -158,21 +168,26 @@ class Translator:
         n_best: int = 1,
         batch_size: int = 64,
         need_weights: bool = False,
+        prefixes: Sequence[str | None] | None = None,
         **settings,
     ) -> list[Translation]:
         """Translate texts in order, `batch_size` at a time; empty texts give empty outputs.
 
         num_beams=1 is greedy search; `settings` override other GenerationConfig fields
-        (length_penalty, max_len_ratio, max_len_offset). need_weights: each Translation's
-        attention is its cross-attention, from replay().
+        (length_penalty, max_len_ratio, max_len_offset; sample, temperature, top_k, top_p,
+        seed, num_samples). need_weights: each Translation's attention is its
+        cross-attention, from replay(). prefixes: per text, target text its output must start
+        with (None or "" for none); the search continues after it.
         """
         out, order = blank_outputs(texts, self.src_tokenizer)
+        forced = self._forced(texts, order, prefixes, settings)  # {i: ids} or None
         order.sort(key=lambda i: len(texts[i]))  # similar lengths together: less padding
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             ids = [self.src_tokenizer.encode(texts[i]) for i in chunk]
             src = pad(ids).to(self.device)  # (B, S)
-            found = self.search(src, num_beams, n_best, **settings)
+            prefix = None if forced is None else [forced[i] for i in chunk]
+            found = self.search(src, num_beams, n_best, prefix=prefix, **settings)
             for row, (i, hyps) in enumerate(zip(chunk, found)):
                 source_tokens = self.src_tokenizer.tokens(texts[i])  # once for its n-best
                 first, *rest = [self._translation(source_tokens, h) for h in hyps]
@@ -186,22 +201,68 @@ class Translator:
 
     @torch.no_grad()
     def search(
-        self, src: torch.Tensor, num_beams: int | None = None, n_best: int = 1, **settings
+        self,
+        src: torch.Tensor,
+        num_beams: int | None = None,
+        n_best: int = 1,
+        prefix: list[list[int]] | None = None,
+        **settings,
     ) -> list[list[Hypothesis]]:
         """The n_best outputs of each sentence of src (B, S), best first, no attention.
 
         num_beams: None takes the model's default (generation.json); 1 with n_best=1 is greedy
-        search. settings: other GenerationConfig fields (length_penalty, max_len_ratio,
-        max_len_offset).
+        search. prefix: per sentence, target ids each output must start with (prefix_ids).
+        settings: other GenerationConfig fields (length_penalty, max_len_ratio,
+        max_len_offset; sample=True draws max(n_best, num_samples) outputs per sentence with
+        temperature, top_k, top_p and seed, ranked by score).
         """
         g = replace(self.generation, **settings)
         beams = g.num_beams if num_beams is None else num_beams
         lengths = {"max_len_ratio": g.max_len_ratio, "max_len_offset": g.max_len_offset}
+        if g.sample:
+            sampling = Sampling(g.temperature, g.top_k, g.top_p, g.seed)
+            count = max(n_best, g.num_samples)
+            found = sample_search(
+                self.model, src, BOS_ID, EOS_ID, sampling, count, prefix=prefix, **lengths
+            )
+            return [sorted(hyps, key=lambda h: -h.score) for hyps in found]
         if beams == 1 and n_best == 1:
-            return [[h] for h in greedy_search(self.model, src, BOS_ID, EOS_ID, **lengths)]
+            greedy = greedy_search(self.model, src, BOS_ID, EOS_ID, prefix=prefix, **lengths)
+            return [[h] for h in greedy]
         return beam_search(
-            self.model, src, BOS_ID, EOS_ID, beams, n_best, g.length_penalty, **lengths
+            self.model,
+            src,
+            BOS_ID,
+            EOS_ID,
+            beams,
+            n_best,
+            g.length_penalty,
+            prefix=prefix,
+            **lengths,
         )
+
+    def _forced(self, texts, order: list[int], prefixes, settings) -> dict | None:
+        """The prefix ids of the texts to translate ({index: ids}), each checked against its
+        text's output limit before anything is translated; None without prefixes."""
+        if prefixes is None:
+            return None
+        if len(prefixes) != len(texts):
+            raise ValueError(f"{len(prefixes)} prefixes for {len(texts)} texts: give one each")
+        g, forced = replace(self.generation, **settings), {}
+        for i in order:
+            forced[i] = self.prefix_ids(prefixes[i])
+            limit = g.max_output_length(len(self.src_tokenizer.encode(texts[i])))
+            if len(forced[i]) > limit:
+                raise ValueError(
+                    f"text {i + 1}: the prefix has {len(forced[i])} tokens, more than the output "
+                    f"limit of {limit} (max_len_ratio · source length + max_len_offset); "
+                    "shorten it or raise max_len_offset"
+                )
+        return forced
+
+    def prefix_ids(self, prefix: str | None) -> list[int]:
+        """The target ids of a forced beginning (none for None or an empty text)."""
+        return self.tgt_tokenizer.encode(prefix) if prefix else []
 
     @torch.no_grad()
     def replay(self, src: torch.Tensor, hypothesis: Hypothesis) -> Seq2SeqOutput:
@@ -236,3 +297,53 @@ def load(
 ) -> Translator:
     """`heedful.load(MODEL_DIR)`: a Translator ready for `.translate(list_of_str, num_beams=5)`."""
     return Translator.load(model_dir, device, quantize)
+
+
+class VocabularyMismatch(ValueError):
+    """Models that cannot form an ensemble: their vocabularies differ, so one id would be a
+    different token in each."""
+
+
+def ensemble(translators: Sequence[Translator]) -> Translator:
+    """One Translator whose model is the Ensemble of the translators' models (models/ensemble.py):
+    the first one's tokenizers, search settings and languages. Members may be of different
+    families (RNN and Transformer); their source and target vocabularies must be equal."""
+    first, *rest = translators
+    for i, other in enumerate(rest, start=2):
+        for side in ("src", "tgt"):
+            mine, theirs = getattr(first, f"{side}_tokenizer"), getattr(other, f"{side}_tokenizer")
+            difference = _vocabulary_difference(mine, theirs)
+            if difference:
+                raise VocabularyMismatch(
+                    f"model {i} of the ensemble has a different {side} vocabulary from model 1 "
+                    f"({difference}): an ensemble averages log-probabilities id by id, so every "
+                    "model must read and write the same vocabularies"
+                )
+    model = Ensemble([t.model for t in translators])
+    return Translator(
+        model,
+        first.src_tokenizer,
+        first.tgt_tokenizer,
+        first.generation,
+        first.device,
+        first.languages,
+    )
+
+
+def _vocabulary_difference(a, b) -> str | None:
+    """How two tokenizers' vocabularies differ, in words, or None when they are equal."""
+    if len(a) != len(b):
+        return f"{len(a)} tokens against {len(b)}"
+    for i in range(len(a)):
+        if a.id_to_token(i) != b.id_to_token(i):
+            return f"id {i} is {a.id_to_token(i)!r} against {b.id_to_token(i)!r}"
+    return None
+
+
+def load_ensemble(
+    model_dirs: Sequence[str | Path],
+    device: str | torch.device = "cpu",
+    quantize: str | None = None,
+) -> Translator:
+    """`heedful translate A B C`: the model directories as one ensemble Translator."""
+    return ensemble([Translator.load(d, device, quantize) for d in model_dirs])

@@ -38,6 +38,7 @@ MODELS = {
         input_feeding=True,
     ),
     "rnn-none": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0, attention="none"),
+    "rnn-copy": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0, copy=True),
 }
 WITH_ATTENTION = [name for name in MODELS if name != "rnn-none"]
 
@@ -90,6 +91,7 @@ def test_every_row_is_a_distribution_and_shapes_follow_the_schema(name, beams):
         "encoder_layers": config.encoder_layers if transformer else 1,
         "decoder_layers": layers,
         "heads": heads,
+        **({"copy": True} if config.copy else {}),  # the pointer-generator's only
     }
     assert trace.source == SENTENCE and trace.source_tokens == list(SENTENCE)
     assert len(trace.hypotheses) == min(beams, 2)

@@ -12,6 +12,7 @@ import click
 
 from heedful.cli.errors import Heedful
 from heedful.cli.models import average, demo, export, train
+from heedful.cli.prepare import prepare
 from heedful.cli.see import attention, curves, explain, positional
 from heedful.cli.translate import evaluate, serve, translate
 
@@ -46,6 +47,7 @@ def main() -> None:
 
 for _command in (
     *(demo, train, average, export),  # models.py: make a model directory
+    prepare,  # prepare.py: tokenize a large corpus once
     *(translate, evaluate, serve),  # translate.py: run a model on text
     *(attention, explain, positional, curves),  # see.py: draw what a model does
 ):

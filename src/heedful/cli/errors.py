@@ -21,11 +21,12 @@ def _named_errors() -> tuple[type[ValueError], ...]:
     here, once a ValueError has happened, so that loading the CLI stays light."""
     from heedful.config import ConfigError
     from heedful.data.corpus import CorpusError
+    from heedful.data.prepared import PreparedError
     from heedful.io import CheckpointError
     from heedful.run_dir import RunError
     from heedful.training import TrainingError
 
-    return (ConfigError, CheckpointError, CorpusError, RunError, TrainingError)
+    return (ConfigError, CheckpointError, CorpusError, PreparedError, RunError, TrainingError)
 
 
 def _raised_on_purpose(error: BaseException) -> bool:

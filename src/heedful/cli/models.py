@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from heedful.cli.options import DIRECTORY, POSITIVE, Deferred, threads_option
+from heedful.cli.options import DIRECTORY, POSITIVE, Deferred, overrides_option, threads_option
 
 
 def _demo_options() -> list[click.Parameter]:
@@ -65,13 +65,7 @@ def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress)
 
 @click.command()
 @click.argument("config_path", type=click.Path(dir_okay=False))
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config value, e.g. --set train.max_steps=200 (repeatable).",
-)
+@overrides_option("train.max_steps=200")
 @click.option("--run-dir", default=None, help="Run directory [default: runs/<config name>].")
 @click.option("--force", is_flag=True, help="Delete an existing run directory and start over.")
 @click.option("--progress/--no-progress", default=True)
@@ -83,6 +77,7 @@ def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress)
 )
 def train(config_path, overrides, run_dir, force, progress, threads) -> None:
     """Train (or resume) a model from a YAML config."""
+    import os
     from pathlib import Path
 
     from heedful.config import load_config
@@ -92,7 +87,8 @@ def train(config_path, overrides, run_dir, force, progress, threads) -> None:
         overrides = (*overrides, f"train.threads={threads}")
     config = load_config(config_path, list(overrides))
     run_dir = run_dir or str(Path("runs") / Path(config_path).stem)
-    click.echo(f"run directory: {run_dir}")
+    if os.environ.get("RANK", "0") == "0":  # torchrun: the other processes stay quiet
+        click.echo(f"run directory: {run_dir}")
     train_from_config(config, run_dir, force=force, progress=progress, echo=click.echo)
 
 
@@ -138,7 +134,17 @@ def _export_options() -> list[click.Parameter]:
 )
 def export(model_dir, output_dir, format_, quantization) -> None:
     """Export a Transformer MODEL_DIR for a faster runtime: translate the result with
-    `heedful translate OUTPUT --engine ctranslate2` (needs pip install 'heedful[fast]')."""
+    `heedful translate OUTPUT --engine ctranslate2` (needs pip install 'heedful[fast]').
+    --format huggingface writes a Marian model that transformers loads (pip install
+    'heedful[hf]'; tokenize sources with add_special_tokens=False)."""
+    if format_ == "huggingface":
+        from heedful.hf.export import export_huggingface
+
+        if quantization is not None:
+            raise click.UsageError("--quantization applies to --format ctranslate2 only")
+        out = export_huggingface(model_dir, output_dir)
+        click.echo(f"exported {model_dir} to {out} (huggingface Marian, float32 weights)")
+        return
     from heedful.export import export_ctranslate2
 
     out = export_ctranslate2(model_dir, output_dir, quantization)

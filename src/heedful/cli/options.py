@@ -12,6 +12,17 @@ DIRECTORY = click.Path(file_okay=False)
 POSITIVE = click.IntRange(min=1)
 
 
+def overrides_option(example: str):
+    """--set KEY=VALUE (repeatable): a config value overridden from the command line."""
+    return click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help=f"Override a config value, e.g. --set {example} (repeatable).",
+    )
+
+
 class Deferred(click.Command):
     """A command whose last options are declared by `later()` the first time the command is
     parsed or its --help shown, not when the CLI loads.

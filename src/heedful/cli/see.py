@@ -52,9 +52,26 @@ def _kind_option(help: str | None = None):
     show_default=True,
     help="Hypotheses in the trace (the beam grows to hold them).",
 )
+@click.option(
+    "--words",
+    is_flag=True,
+    help="Merge subword pieces into words: attention to a word sums its pieces', from a word "
+    "averages them (heedful.hf.words).",
+)
 @where_options
 def attention(
-    model_dir, sentence, picture, html_path, json_path, kind, grid, num_beams, n_best, layer, head
+    model_dir,
+    sentence,
+    picture,
+    html_path,
+    json_path,
+    kind,
+    grid,
+    num_beams,
+    n_best,
+    words,
+    layer,
+    head,
 ) -> None:
     """Translate SENTENCE and show where the model looked."""
     from heedful.config import beams_for
@@ -70,6 +87,10 @@ def attention(
 
         check_view(model_info(translator.config), kind, layer, head, grid)
     trace = build_trace(translator, sentence, num_beams=beams_for(num_beams, n_best), n_best=n_best)
+    if words:
+        from heedful.hf.words import merge_words
+
+        trace = merge_words(trace)
     click.echo(f"{sentence} -> {trace.hypotheses[0].text}")
     if json_path:
         trace.save(json_path)

@@ -30,8 +30,39 @@ def _translate_options() -> list[click.Parameter]:
     return [max_chars, *runtime_options()]
 
 
+def sampling_options(f):
+    """--sample and its settings: draw each token from the softmax (heedful.sampling)."""
+    options = [
+        click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None,
+                     help="Seed of the draws: the same input and seed give the same samples."),
+        click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+                     help="Draw among the fewest tokens holding this much probability."),
+        click.option("--top-k", type=POSITIVE, default=None,
+                     help="Draw among the k most probable tokens only."),
+        click.option("--temperature", type=click.FloatRange(0.0, min_open=True), default=None,
+                     help="Divide log-probabilities by this: below 1 sharper, above 1 flatter."),
+        click.option("--sample", is_flag=True,
+                     help="Draw each token from the model's distribution instead of searching; "
+                     "--n-best N draws N outputs per line."),
+    ]  # fmt: skip
+    for option in options:
+        f = option(f)
+    return f
+
+
+def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
+    """The GenerationConfig fields the sampling flags set; a setting without --sample is an
+    error (it would silently do nothing)."""
+    given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+    given = {name: value for name, value in given.items() if value is not None}
+    if given and not sample:
+        flag = "--" + next(iter(given)).replace("_", "-")
+        raise click.UsageError(f"{flag} shapes the distribution --sample draws from; add --sample")
+    return {"sample": True, **given} if sample else {}
+
+
 @click.command(cls=Deferred, later=_translate_options)
-@click.argument("model_dir", type=DIRECTORY)
+@click.argument("model_dirs", metavar="MODEL_DIR...", nargs=-1, required=True, type=DIRECTORY)
 @click.option(
     "-i",
     "--input",
@@ -55,22 +86,41 @@ def _translate_options() -> list[click.Parameter]:
     show_default=True,
     help="Alternatives per line, tab-separated.",
 )
+@click.option(
+    "--prefix",
+    "prefix_path",
+    type=FILE,
+    default=None,
+    help="FILE of target beginnings, one per input line (an empty line: none), or 'tsv': each "
+    "input line is SOURCE<TAB>PREFIX. Every output starts with its prefix.",
+)
 @search_options
+@sampling_options
 def translate(
-    model_dir, input_path, output_path, n_best, max_chars, num_beams, batch_size, engine, quantize
-) -> None:
+    model_dirs, input_path, output_path, n_best, prefix_path, num_beams, batch_size, engine,
+    quantize, max_chars, **sampling,
+) -> None:  # fmt: skip
     """Translate raw lines, one per line, in order (empty lines stay empty).
 
     Stdin and -i FILE are read alike: UTF-8, split on \\n only (a \\r\\n ending counts as
-    one, the last line needs none; form feeds and U+2028 stay inside their line).
+    one, the last line needs none; form feeds and U+2028 stay inside their line). Several
+    MODEL_DIRs translate as one ensemble: their log-probabilities averaged at every step (their
+    vocabularies must be equal; an RNN and a Transformer may be mixed).
     """
     from heedful.config import beams_for
-    from heedful.runtime import load_translator
 
-    translator = load_translator(model_dir, engine, quantize)
+    settings = _sampling_settings(**sampling)
+    if engine != "torch" and (settings or prefix_path):
+        raise click.UsageError(f"--sample and --prefix need the torch engine, not {engine}")
+    translator = _load(model_dirs, engine, quantize)
     lines = _read_lines(input_path, max_chars)
+    lines, prefixes = _prefixes(lines, prefix_path)
     beams = beams_for(num_beams or translator.generation.num_beams, n_best)
-    results = translator.translate(lines, num_beams=beams, n_best=n_best, batch_size=batch_size)
+    if prefixes is not None:
+        settings["prefixes"] = prefixes
+    results = translator.translate(
+        lines, num_beams=beams, n_best=n_best, batch_size=batch_size, **settings
+    )
     rows = ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
     text = "".join(row + "\n" for row in rows)
     if output_path:
@@ -79,6 +129,45 @@ def translate(
         Path(output_path).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+
+
+def _load(model_dirs: tuple[str, ...], engine: str, quantize: str | None):
+    """One model directory: its translator; several: their ensemble (torch engine only)."""
+    from heedful.runtime import load_translator
+
+    if len(model_dirs) == 1:
+        return load_translator(model_dirs[0], engine, quantize)
+    if engine != "torch":
+        raise click.UsageError(f"an ensemble runs on the torch engine, not --engine {engine}")
+    from heedful.translator import load_ensemble
+
+    return load_ensemble(model_dirs, quantize=quantize)
+
+
+def _prefixes(lines: list[str], prefix_path: str | None):
+    """The lines to translate and their prefixes (None when there are none)."""
+    if prefix_path is None:
+        return lines, None
+    if prefix_path == "tsv":
+        for number, line in enumerate(lines, start=1):
+            if line and line.count("\t") != 1:
+                raise click.ClickException(
+                    f"--prefix tsv: input line {number} has {line.count(chr(9))} tabs; each "
+                    "line is SOURCE<TAB>PREFIX"
+                )
+        pairs = [line.split("\t") if line else ["", ""] for line in lines]
+        return [s for s, _ in pairs], [p for _, p in pairs]
+    from pathlib import Path
+
+    from heedful.data.corpus import read_lines
+
+    prefixes = read_lines(Path(prefix_path), "--prefix")
+    if len(prefixes) != len(lines):
+        raise click.ClickException(
+            f"--prefix {prefix_path} has {len(prefixes)} lines for {len(lines)} input lines; "
+            "give one per line (an empty line: no prefix)"
+        )
+    return lines, prefixes
 
 
 def _read_lines(path: str | None, max_chars: int) -> list[str]:
@@ -105,10 +194,45 @@ def _read_lines(path: str | None, max_chars: int) -> list[str]:
     return lines
 
 
+def _evaluation_reader(src_path, ref_path, jsonl_path, fields: str):
+    """What reads the (source, reference) pairs, from --src and --ref or from --jsonl's two
+    --fields; the options are checked now, the files read when it is called."""
+    from functools import partial
+    from pathlib import Path
+
+    from heedful.data.corpus import read_jsonl, read_parallel
+
+    ctx = click.get_current_context()
+    if jsonl_path is None:
+        if src_path is None or ref_path is None:
+            raise click.UsageError("give --src and --ref (aligned files), or --jsonl", ctx)
+        return partial(read_parallel, Path(src_path), Path(ref_path), "--src", "--ref")
+    if src_path is not None or ref_path is not None:
+        raise click.UsageError("--jsonl holds the sources and references: leave out --src and "
+                               "--ref", ctx)  # fmt: skip
+    names = fields.split(",")
+    if len(names) != 2 or not all(names):
+        raise click.BadParameter(f"expected two names with a comma between, got {fields!r}",
+                                 ctx, param_hint="--fields")  # fmt: skip
+    return partial(read_jsonl, Path(jsonl_path), "--jsonl", *names)
+
+
 @click.command(cls=Deferred, later=runtime_options)
 @click.argument("model_dir", type=DIRECTORY)
-@click.option("--src", "src_path", required=True, type=FILE)
-@click.option("--ref", "ref_path", required=True, type=FILE)
+@click.option("--src", "src_path", type=FILE, help="Source lines, aligned with --ref.")
+@click.option("--ref", "ref_path", type=FILE, help="Reference lines.")
+@click.option(
+    "--jsonl",
+    "jsonl_path",
+    type=FILE,
+    help="Instead of --src and --ref: a JSON Lines file of both (summarization test sets).",
+)
+@click.option(
+    "--fields",
+    default="document,summary",
+    show_default=True,
+    help="--jsonl's source and reference fields (CNN/DailyMail: article,highlights).",
+)
 @click.option(
     "--output",
     "output_path",
@@ -116,19 +240,32 @@ def _read_lines(path: str | None, max_chars: int) -> list[str]:
     default=None,
     help="Also write the translations to FILE.",
 )
+@click.option(
+    "--metric",
+    type=click.Choice(["bleu", "rouge"]),
+    default="bleu",
+    show_default=True,
+    help="bleu: BLEU, chrF and TER; rouge: ROUGE-1/2/L F1 (rouge-score, for summaries) too.",
+)
 @search_options
 def evaluate(
-    model_dir, src_path, ref_path, output_path, num_beams, batch_size, engine, quantize
-) -> None:
-    """Translate --src and score it against --ref: BLEU, chrF, TER and BLEU per source length."""
+    model_dir, src_path, ref_path, jsonl_path, fields, output_path, metric, num_beams,
+    batch_size, engine, quantize,
+) -> None:  # fmt: skip
+    """Translate --src and score it against --ref: BLEU, chrF, TER (with --metric rouge also
+    ROUGE-1/2/L) and BLEU per source length."""
     from pathlib import Path
 
-    from heedful.data.corpus import read_parallel
     from heedful.evaluation import bleu_by_length, corpus_scores, format_length_table
     from heedful.runtime import load_translator
 
+    if metric == "rouge":  # before any translating: say now if the package is missing
+        from heedful.evaluation import require_rouge, rouge_scores
+
+        require_rouge()
+    read_pairs = _evaluation_reader(src_path, ref_path, jsonl_path, fields)
     translator = load_translator(model_dir, engine, quantize)
-    pairs = read_parallel(Path(src_path), Path(ref_path), "--src", "--ref")
+    pairs = read_pairs()
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
     outputs = [
         t.text for t in translator.translate(sources, num_beams=num_beams, batch_size=batch_size)
@@ -136,6 +273,8 @@ def evaluate(
     if output_path:
         Path(output_path).write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
     click.echo(str(corpus_scores(outputs, references)))
+    if metric == "rouge":
+        click.echo(str(rouge_scores(outputs, references)))
     click.echo(format_length_table(bleu_by_length(sources, outputs, references)))
 
 

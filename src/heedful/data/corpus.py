@@ -1,4 +1,6 @@
-"""Strict reading of parallel text: two line-aligned files or one TSV, then length filtering.
+"""Strict reading of parallel text: two line-aligned files, one TSV or one JSON Lines file
+(summarization corpora: one object per line with `document` / `summary` fields), then length
+filtering.
 
 Every problem stops before training with a message that names the config key and the file,
 and the line and byte where there is one: a corpus that is silently misaligned trains a model
@@ -18,8 +20,13 @@ Line rules, the same for every file:
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterable
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from heedful.data.tokenizers import Tokenizer
@@ -29,15 +36,20 @@ class CorpusError(ValueError):
     """A corpus that cannot be used; the message names the file (and line, byte, config key)."""
 
 
-def _read_bytes(path: Path, key: str) -> bytes:
+def _open(path: Path, key: str):
+    """The file's bytes as a stream: gzip-compressed files (recognised by their magic number,
+    not their name) are decompressed on the fly."""
     try:
-        return path.read_bytes()
+        stream = open(path, "rb")  # noqa: SIM115 (closed by the caller's with-block)
     except FileNotFoundError:
         raise CorpusError(f"{key}: file not found: {path}{_missing_hint(path)}") from None
     except IsADirectoryError:
         raise CorpusError(f"{key}: is a directory, not a file: {path}") from None
     except OSError as error:
         raise CorpusError(f"{key}: cannot read {path}: {error.strerror}") from None
+    if stream.peek(2)[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=stream, mode="rb")
+    return stream
 
 
 def _missing_hint(path: Path) -> str:
@@ -50,33 +62,66 @@ def _missing_hint(path: Path) -> str:
     return f" ({'; '.join(hints)})" if hints else ""
 
 
-def _bad_byte(data: bytes, offset: int, path: Path, key: str, what: str) -> CorpusError:
-    """An error pointing at byte `offset` of the file: its line, and where in the line."""
-    line_start = data.rfind(b"\n", 0, offset) + 1
-    line = data.count(b"\n", 0, offset) + 1
+def _bad_byte(line: int, start: int, index: int, byte: int, where: str, what: str) -> CorpusError:
+    """An error pointing at byte `index` of line `line`, which starts at byte `start`."""
     return CorpusError(
-        f"{key}: {path}: line {line}: {what} 0x{data[offset]:02x} at byte offset {offset} of "
-        f"the file, {offset - line_start} of the line (offsets count from 0)"
+        f"{where}: line {line}: {what} 0x{byte:02x} at byte offset {start + index} of the "
+        f"file, {index} of the line (offsets count from 0)"
     )
 
 
-def _decode(data: bytes, path: Path, key: str) -> str:
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        raise CorpusError(
-            f"{key}: {path}: starts with a UTF-16 byte-order mark: the file is UTF-16 (or "
-            f"UTF-32), not UTF-8; convert it, e.g. iconv -f UTF-16 -t UTF-8 {path}"
-        )
-    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+def _decode_line(raw: bytes, number: int, start: int, where: str) -> str:
+    """One line's bytes (terminator included) -> its text, or a CorpusError at the bad byte."""
     try:
-        text = data[start:].decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        # offset of the first bad byte, counted in the whole file
-        raise _bad_byte(data, start + error.start, path, key, "invalid UTF-8 byte") from None
+        byte = raw[error.start]
+        raise _bad_byte(number, start, error.start, byte, where, "invalid UTF-8 byte") from None
     if "\0" in text:
         # valid UTF-8, but no text has NUL: UTF-16 without a byte-order mark (every other
         # byte of ASCII is 0) or a binary file, which would train on garbage
-        raise _bad_byte(data, data.index(b"\0"), path, key, "NUL byte (a UTF-16 or binary file?)")
-    return text
+        at = raw.index(b"\0")
+        raise _bad_byte(number, start, at, 0, where, "NUL byte (a UTF-16 or binary file?)")
+    return text[:-2] if text.endswith("\r\n") else text.removesuffix("\n")
+
+
+def _lines(stream, path: Path, key: str, compressed: bool) -> Iterator[str]:
+    where = f"{key}: {path}" + (" (offsets in the decompressed text)" if compressed else "")
+    start = 0
+    for number, raw in enumerate(stream, start=1):
+        if number == 1:
+            if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+                raise CorpusError(
+                    f"{key}: {path}: starts with a UTF-16 byte-order mark: the file is UTF-16 "
+                    f"(or UTF-32), not UTF-8; convert it, e.g. iconv -f UTF-16 -t UTF-8 {path}"
+                )
+            if raw.startswith(codecs.BOM_UTF8):  # an encoding signature, not text
+                start, raw = len(codecs.BOM_UTF8), raw[len(codecs.BOM_UTF8) :]
+        yield _decode_line(raw, number, start, where)
+        start += len(raw)
+
+
+def iter_lines(path: str | Path, key: str) -> Iterator[str]:
+    """The lines of a UTF-8 text file (gzip-compressed or not) one at a time, without their
+    "\\n" or "\\r\\n" (see the module rules), holding one line in memory.
+
+    key: the config key the path came from (e.g. "data.train_src"), named in every error,
+    with the line and byte offset where there is one. A damaged gzip stream is an error that
+    names the last line read, never a shorter corpus.
+    """
+    path = Path(path)
+    with _open(path, key) as stream:
+        compressed = isinstance(stream, gzip.GzipFile)
+        lines = _lines(stream, path, key, compressed)
+        number = 0
+        try:
+            for number, line in enumerate(lines, start=1):  # noqa: B007 (read after the loop)
+                yield line
+        except (EOFError, OSError, zlib.error) as error:
+            raise CorpusError(
+                f"{key}: {path}: the gzip data is damaged after line {number:,} ({error}); "
+                "it may be truncated: compress it again"
+            ) from None
 
 
 def read_lines(path: str | Path, key: str) -> list[str]:
@@ -84,38 +129,41 @@ def read_lines(path: str | Path, key: str) -> list[str]:
 
     key: the config key the path came from (e.g. "data.train_src"), named in every error.
     """
-    path = Path(path)
-    return split_lines(_read_bytes(path, key), path, key)
+    return list(iter_lines(path, key))
 
 
 def split_lines(data: bytes, path: str | Path, key: str) -> list[str]:
     """read_lines for bytes already read (standard input, say); `path` names them in errors."""
-    lines = _decode(data, Path(path), key).split("\n")
-    last = lines.pop()  # the text after the final "\n": "" when the file ends with one
-    lines = [line.removesuffix("\r") for line in lines]
-    if last:
-        lines.append(last)
-    return lines
+    return list(_lines(io.BytesIO(data), Path(path), key, compressed=False))
+
+
+def iter_parallel(
+    src_path: str | Path, tgt_path: str | Path, src_key: str, tgt_key: str
+) -> Iterator[tuple[str, str]]:
+    """(source, target) pairs from two files aligned line by line, one pair at a time; when
+    one file ends before the other, the error gives both line counts."""
+    src_lines, tgt_lines = iter_lines(src_path, src_key), iter_lines(tgt_path, tgt_key)
+    for count, (src, tgt) in enumerate(zip_longest(src_lines, tgt_lines), start=1):
+        if src is None or tgt is None:  # one file ended: count the rest of the other
+            total = count + sum(1 for _ in (src_lines if tgt is None else tgt_lines))
+            src_count, tgt_count = (total, count - 1) if tgt is None else (count - 1, total)
+            raise CorpusError(
+                f"{src_key} and {tgt_key} must have one line per sentence pair, but {src_path} "
+                f"has {src_count} lines and {tgt_path} has {tgt_count}"
+            )
+        yield src, tgt
 
 
 def read_parallel(
     src_path: str | Path, tgt_path: str | Path, src_key: str, tgt_key: str
 ) -> list[tuple[str, str]]:
     """(source, target) pairs from two files aligned line by line; unequal lengths are errors."""
-    src_lines = read_lines(src_path, src_key)
-    tgt_lines = read_lines(tgt_path, tgt_key)
-    if len(src_lines) != len(tgt_lines):
-        raise CorpusError(
-            f"{src_key} and {tgt_key} must have one line per sentence pair, but {src_path} has "
-            f"{len(src_lines)} lines and {tgt_path} has {len(tgt_lines)}"
-        )
-    return list(zip(src_lines, tgt_lines))
+    return list(iter_parallel(src_path, tgt_path, src_key, tgt_key))
 
 
-def read_tsv(path: str | Path, key: str) -> list[tuple[str, str]]:
-    """(source, target) pairs from a file of `source TAB target` lines; exactly one TAB each."""
-    pairs = []
-    for number, line in enumerate(read_lines(path, key), start=1):
+def iter_tsv(path: str | Path, key: str) -> Iterator[tuple[str, str]]:
+    """(source, target) pairs from `source TAB target` lines, one at a time; one TAB each."""
+    for number, line in enumerate(iter_lines(path, key), start=1):
         tabs = line.count("\t")
         if tabs != 1:
             raise CorpusError(
@@ -123,8 +171,157 @@ def read_tsv(path: str | Path, key: str) -> list[tuple[str, str]]:
                 f"found {tabs} TABs"
             )
         src, tgt = line.split("\t")
-        pairs.append((src, tgt))
-    return pairs
+        yield src, tgt
+
+
+def read_tsv(path: str | Path, key: str) -> list[tuple[str, str]]:
+    """(source, target) pairs from a file of `source TAB target` lines; exactly one TAB each."""
+    return list(iter_tsv(path, key))
+
+
+def _json_type(value) -> str:
+    """The JSON name of a parsed value's type, for messages."""
+    names = {bool: "true or false", int: "a number", float: "a number", str: "a string",
+             list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
+    return names[type(value)]
+
+
+class _JSONLine:
+    """Parses one line of a JSON Lines file strictly, naming the file and line on any fault."""
+
+    def __init__(self, where: str, number: int):
+        self.where, self.number = where, number
+
+    def fail(self, problem: str) -> CorpusError:
+        return CorpusError(f"{self.where}: line {self.number}: {problem}")
+
+    def constant(self, name: str):  # NaN, Infinity: Python's json reads them, JSON does not
+        raise self.fail(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+    def unique(self, pairs: list[tuple[str, object]]) -> dict:
+        record = dict(pairs)
+        if len(record) < len(pairs):  # json.loads would silently keep the last one
+            seen = set()
+            twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise self.fail(f"the key {twice!r} appears twice in one object")
+        return record
+
+    def parse(self, line: str) -> dict:
+        if not line.strip():
+            raise self.fail("empty line: JSON Lines holds one JSON object on every line")
+        try:
+            value = json.loads(line, parse_constant=self.constant, object_pairs_hook=self.unique)
+        except json.JSONDecodeError as error:  # e.g. a line cut short: "Unterminated string"
+            raise self.fail(f"invalid JSON at column {error.colno}: {error.msg}") from None
+        except RecursionError:
+            raise self.fail("invalid JSON: nested too deeply") from None
+        except ValueError as error:  # not CorpusError: an integer of over 4,300 digits, say
+            if isinstance(error, CorpusError):
+                raise
+            raise self.fail(f"invalid JSON: {error}") from None
+        if not isinstance(value, dict):
+            raise self.fail(f"expected a JSON object, got {_json_type(value)}")
+        return value
+
+    def text(self, record: dict, field: str, key: str) -> str:
+        """record[field] as text; a missing field, another type, or text that is not valid
+        Unicode (a lone surrogate escape, "\\ud800") or holds NUL are errors naming it."""
+        if field not in record:
+            have = ", ".join(repr(k) for k in list(record)[:8]) or "none"
+            raise self.fail(f"no field {field!r} ({key}); the object's fields: {have}")
+        value = record[field]
+        if not isinstance(value, str):
+            raise self.fail(f"field {field!r} ({key}) must be a string, got {_json_type(value)}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise self.fail(
+                f"field {field!r} holds a lone surrogate (\\u{ord(value[error.start]):04x}) at "
+                f"character {error.start}: not text"
+            ) from None
+        if "\0" in value:  # as in a text file (the module rules): no text holds NUL
+            at = value.index("\0")
+            raise self.fail(f"field {field!r} holds NUL (\\u0000) at character {at}")
+        return value
+
+
+def iter_jsonl(
+    path: str | Path, key: str, src_field: str = "document", tgt_field: str = "summary"
+) -> Iterator[tuple[str, str]]:
+    """(source, target) pairs from a JSON Lines file (one JSON object per line, as the
+    Hugging Face exports of XSum, CNN/DailyMail and Gigaword are), one at a time.
+
+    src_field / tgt_field: the fields holding the two sides (data.jsonl_src_field and
+    data.jsonl_tgt_field); other fields are ignored. Lines follow the module's rules (UTF-8,
+    gzip or not); an empty line, invalid JSON, NaN or Infinity, a repeated key, a value that
+    is not an object, a missing field or one that is not a string are errors that name the
+    file, the line and the field.
+    """
+    path = Path(path)
+    for number, line in enumerate(iter_lines(path, key), start=1):
+        reader = _JSONLine(f"{key}: {path}", number)
+        record = reader.parse(line)
+        yield (
+            reader.text(record, src_field, "data.jsonl_src_field"),
+            reader.text(record, tgt_field, "data.jsonl_tgt_field"),
+        )
+
+
+def read_jsonl(
+    path: str | Path, key: str, src_field: str = "document", tgt_field: str = "summary"
+) -> list[tuple[str, str]]:
+    """(source, target) pairs from a JSON Lines file; see iter_jsonl."""
+    return list(iter_jsonl(path, key, src_field, tgt_field))
+
+
+def split_source(data, split: str) -> str:
+    """The config keys and files a split (`train` or `valid`) is read from, for messages."""
+    for form in ("tsv", "jsonl"):
+        if getattr(data, f"{split}_{form}", None) is not None:
+            return f"data.{split}_{form} ({getattr(data, f'{split}_{form}')})"
+    src, tgt = getattr(data, f"{split}_src"), getattr(data, f"{split}_tgt")
+    return f"data.{split}_src and data.{split}_tgt ({src}, {tgt})"
+
+
+def split_files(data, split: str) -> list[tuple[str, Path]]:
+    """(config key, path) of the files a split is read from: one TSV, one JSON Lines file or
+    two aligned files. A JSON Lines key names its fields too ("data.train_jsonl[document,
+    summary]"): `heedful prepare` fingerprints these keys, so other fields mean preparing again."""
+    from heedful.config import ConfigError
+
+    src, tgt = getattr(data, f"{split}_src"), getattr(data, f"{split}_tgt")
+    single = {f: getattr(data, f"{split}_{f}", None) for f in ("tsv", "jsonl")}
+    given = [f for f, path in single.items() if path is not None]
+    if given:
+        others = [f"data.{split}_{f}" for f in given[1:]]
+        if src is not None or tgt is not None:
+            others.append(f"data.{split}_src/_tgt")
+        if others:
+            raise ConfigError(f"data.{split}_{given[0]} and {', '.join(others)} are exclusive: "
+                              "give one")  # fmt: skip
+        if given[0] == "jsonl":
+            fields = f"[{data.jsonl_src_field},{data.jsonl_tgt_field}]"
+            return [(f"data.{split}_jsonl{fields}", Path(single["jsonl"]))]
+        return [(f"data.{split}_tsv", Path(single["tsv"]))]
+    if src is None or tgt is None:
+        raise ConfigError(
+            f"data.{split}_src and data.{split}_tgt (or data.{split}_tsv, or "
+            f"data.{split}_jsonl) are required"
+        )
+    return [(f"data.{split}_src", Path(src)), (f"data.{split}_tgt", Path(tgt))]
+
+
+def iter_split(data, split: str) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of a split as `data` (a DataConfig) names it, streamed."""
+    files = split_files(data, split)
+    if len(files) == 2:
+        (src_key, src), (tgt_key, tgt) = files
+        return iter_parallel(src, tgt, src_key, tgt_key)
+    key, path = files[0]
+    if key.startswith(f"data.{split}_jsonl"):
+        fields = data.jsonl_src_field, data.jsonl_tgt_field
+        return iter_jsonl(path, f"data.{split}_jsonl", *fields)
+    return iter_tsv(path, key)
 
 
 @dataclass

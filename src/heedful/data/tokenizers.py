@@ -281,6 +281,7 @@ def train_tokenizers(
     model_type: str = "unigram",
     joint: bool = False,
     character_coverage: float = 1.0,
+    sample: int = 1_000_000,
 ) -> tuple[Tokenizer, Tokenizer]:
     """Train the (source, target) tokenizers for a corpus.
 
@@ -289,6 +290,8 @@ def train_tokenizers(
     joint: one tokenizer trained on both sides and returned twice (the same object), as
         needed to tie source and target embeddings or to copy names across; otherwise one per
         side, each trained on its own text only, with vocab_size pieces each.
+    sample: SentencePiece trains on at most this many sentences, sampled uniformly from the
+        texts, which may then be streams of any length (a character vocabulary reads them all).
     """
     if kind not in ("char", "sentencepiece"):
         raise ValueError(f"tokenizer kind must be 'char' or 'sentencepiece', not {kind!r}")
@@ -297,7 +300,11 @@ def train_tokenizers(
         if kind == "char":
             return CharTokenizer.train(texts)
         return SentencePieceTokenizer.train(
-            texts, vocab_size, model_type, character_coverage=character_coverage
+            texts,
+            vocab_size,
+            model_type,
+            character_coverage=character_coverage,
+            input_sentence_size=sample,
         )
 
     if joint:

@@ -26,6 +26,10 @@ class AttentionMaps:
     scores:         (B, 1, 1, T, S)  score(h_t, h̄_s) before the softmax, laid out as `cross`
     decoder_states: (B, T, N)  h_t, the top decoder layer's state that queries the source
     contexts:       (B, T, N)  c_t = Σ_s a_t(s) h̄_s
+    centers:        (B, T)     p_t, the source position local attention centres its window on
+                               (Luong et al. 2015, §3.2); None for global attention
+    p_gen:          (B, T)     the pointer-generator's probability of generating rather than
+                               copying (See et al. 2017); None without model.copy
     """
 
     cross: torch.Tensor | None
@@ -34,6 +38,8 @@ class AttentionMaps:
     scores: torch.Tensor | None = None
     decoder_states: torch.Tensor | None = None
     contexts: torch.Tensor | None = None
+    centers: torch.Tensor | None = None
+    p_gen: torch.Tensor | None = None
 
 
 @dataclass

@@ -41,6 +41,8 @@ def _rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
         input_feeding=c.input_feeding,
         dropout=c.dropout,
         pad_id=pad_id,
+        local_window=c.local_window,
+        copy=c.copy,
     )
 
 

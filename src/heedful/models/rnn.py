@@ -10,6 +10,9 @@ attention, one decoder step is (Luong et al. 2015, §3):
     h̃_t = tanh(W_c [h_t; c_t])                      the "attentional" vector
     p(y_t) = softmax(W_o h̃_t)
 
+With `copy`, p(y_t) is the pointer-generator's mixture of that softmax and the attention over
+the source positions holding y_t (See et al. 2017; models/pointer.py).
+
 Shapes: B batch, S source length, T target length, E embedding size, N hidden size, V vocabulary.
 """
 
@@ -21,19 +24,29 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from heedful.attention import AdditiveAttention, LuongAttention, attend, padding_mask
+from heedful.attention import (
+    AdditiveAttention,
+    LuongAttention,
+    LuongLocalAttention,
+    attend,
+    padding_mask,
+)
 from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
+from heedful.models.pointer import CopyGate, pointer_mixture
 
 RNN_CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
 Hidden = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (layers, B, N)
 
 
-def make_attention(kind: str, size: int) -> nn.Module | None:
-    """The attention a decoder uses, by the config's name ('none' gives the plain seq2seq)."""
+def make_attention(kind: str, size: int, window: int = 10) -> nn.Module | None:
+    """The attention a decoder uses, by the config's name ('none' gives the plain seq2seq);
+    window: D of Luong's local attention (luong-local-m, luong-local-p)."""
     if kind == "none":
         return None
     if kind == "bahdanau":
         return AdditiveAttention(size, size, size)
+    if kind.startswith("luong-local-"):
+        return LuongLocalAttention(kind.removeprefix("luong-local-"), size, size, window)
     if kind.startswith("luong-"):
         return LuongAttention(kind.removeprefix("luong-"), size, size, size)
     raise ValueError(f"unknown RNN attention {kind!r}")
@@ -81,22 +94,25 @@ class RNNMemory:
     mask: torch.Tensor  # (B, 1, S)
     keys: torch.Tensor | None  # (B, S, A) the attention's query-independent part, or None
     final: Hidden  # encoder final state per layer
+    src: torch.Tensor | None = None  # (B, S) the source ids, which a copying decoder points at
 
     def index_select(self, index: torch.Tensor) -> RNNMemory:
         keys = None if self.keys is None else self.keys[index]
         final = tuple(h[:, index] for h in self.final)
-        return RNNMemory(self.states[index], self.mask[index], keys, final)
+        src = None if self.src is None else self.src[index]
+        return RNNMemory(self.states[index], self.mask[index], keys, final, src)
 
 
 @dataclass
 class RNNState:
     hidden: Hidden  # decoder RNN state, (layers, B, N) each
     attentional: torch.Tensor | None  # h̃_{t-1} (B, N) with input feeding, else None
+    step: int = 0  # decoder steps taken: local-m attention centres step t on p_t = t
 
     def index_select(self, index: torch.Tensor, same_sources: bool = False) -> RNNState:
         # same_sources: as TransformerState's; an RNN state has no per-source part to keep
         fed = None if self.attentional is None else self.attentional[index]
-        return RNNState(tuple(h[:, index] for h in self.hidden), fed)
+        return RNNState(tuple(h[:, index] for h in self.hidden), fed, self.step)
 
 
 @dataclass
@@ -104,13 +120,16 @@ class DecoderSteps:
     """What the decoder computed at each of T steps: the parts of its attention, for pictures.
 
     states (B, T, N) h_t; and, None without attention: weights (B, T, S) a_t, scores (B, T, S)
-    score(h_t, h̄_s) before the softmax, contexts (B, T, N) c_t.
+    score(h_t, h̄_s) before the softmax, contexts (B, T, N) c_t; centers (B, T) p_t of local
+    attention (None for the global ones); p_gen (B, T) of a copying decoder (else None).
     """
 
     states: torch.Tensor
     weights: torch.Tensor | None = None
     scores: torch.Tensor | None = None
     contexts: torch.Tensor | None = None
+    centers: torch.Tensor | None = None
+    p_gen: torch.Tensor | None = None
 
     @staticmethod
     def cat(steps: list[DecoderSteps]) -> DecoderSteps:
@@ -120,7 +139,8 @@ class DecoderSteps:
             parts = [getattr(s, name) for s in steps]
             return None if parts[0] is None else torch.cat(parts, 1)
 
-        return DecoderSteps(join("states"), join("weights"), join("scores"), join("contexts"))
+        names = ("states", "weights", "scores", "contexts", "centers", "p_gen")
+        return DecoderSteps(*(join(f) for f in names))
 
 
 class AttentionDecoder(nn.Module):
@@ -137,6 +157,7 @@ class AttentionDecoder(nn.Module):
         input_feeding,
         dropout,
         pad_id,
+        copy=False,
     ):
         super().__init__()
         self.cell, self.input_feeding = cell, input_feeding and attention is not None
@@ -154,18 +175,29 @@ class AttentionDecoder(nn.Module):
         self.combine = nn.Linear(hidden_size * (2 if attention is not None else 1), hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.generator = nn.Linear(hidden_size, vocab_size)
+        # See et al. 2017: p_gen from [c_t; h_t; x_t]; it points with the attention
+        self.copy_gate = CopyGate(hidden_size, embed_size) if copy else None
 
     def init_hidden(self, final: Hidden) -> Hidden:
         return tuple(torch.tanh(self.bridge(h)) for h in final)
 
-    def attend(self, h: torch.Tensor, memory: RNNMemory) -> tuple[torch.Tensor, DecoderSteps]:
-        """h (B, T, N) -> attentional h̃ (B, T, N), and h_t with its attention's parts"""
+    def attend(
+        self, h: torch.Tensor, memory: RNNMemory, step: int
+    ) -> tuple[torch.Tensor, DecoderSteps]:
+        """h (B, T, N) of decoder steps step .. step + T - 1 -> attentional h̃ (B, T, N), and
+        h_t with its attention's parts"""
         if self.attention is None:  # no attention: h̃_t = tanh(W_c h_t)
             return torch.tanh(self.combine(h)), DecoderSteps(h)
         scores = self.attention.score(h, memory.keys)  # (B, T, S)
-        context, weights = attend(scores, memory.states, memory.mask)  # c_t: (B, T, N)
+        centers = None
+        if isinstance(self.attention, LuongLocalAttention):  # it needs to know the step
+            positions = torch.arange(step, step + h.size(1), device=h.device).expand(h.shape[:2])
+            weights, centers = self.attention.weigh(scores, h, memory.mask, positions)
+            context = weights @ memory.states  # (B, T, N)
+        else:
+            context, weights = attend(scores, memory.states, memory.mask)  # c_t: (B, T, N)
         attentional = torch.tanh(self.combine(torch.cat([h, context], dim=-1)))
-        return attentional, DecoderSteps(h, weights, scores, context)
+        return attentional, DecoderSteps(h, weights, scores, context, centers)
 
     def forward(self, tgt_in: torch.Tensor, state: RNNState, memory: RNNMemory):
         """tgt_in (B, T) -> logits (B, T, V), new state, DecoderSteps of the T steps"""
@@ -175,21 +207,25 @@ class AttentionDecoder(nn.Module):
             # h_t depends only on earlier words, so the RNN runs over all T at once and the
             # attention of every step is one batched computation.
             h, hidden = self.rnn(emb, hidden)  # (B, T, N)
-            attentional, steps = self.attend(h, memory)
+            attentional, steps = self.attend(h, memory, state.step)
             fed = None
         else:  # h̃_{t-1} is an input of step t: a loop over time is unavoidable.
             fed, outputs, each_step = state.attentional, [], []
             for t in range(emb.size(1)):
                 step_in = torch.cat([emb[:, t : t + 1], fed.unsqueeze(1)], dim=-1)
                 h, hidden = self.rnn(step_in, hidden)  # (B, 1, N)
-                a, step = self.attend(h, memory)
+                a, step = self.attend(h, memory, state.step + t)
                 fed = a[:, 0]
                 outputs.append(a)
                 each_step.append(step)
             attentional, steps = torch.cat(outputs, 1), DecoderSteps.cat(each_step)
         hidden = hidden if isinstance(hidden, tuple) else (hidden,)
         logits = self.generator(self.dropout(attentional))  # (B, T, V)
-        return logits, RNNState(hidden, fed), steps
+        if self.copy_gate is not None:  # log P(w) of the pointer-generator, not logits
+            p_gen = self.copy_gate(steps.contexts, steps.states, emb)  # (B, T, 1)
+            logits = pointer_mixture(logits, p_gen, steps.weights, memory.src)
+            steps.p_gen = p_gen[..., 0]  # (B, T)
+        return logits, RNNState(hidden, fed, state.step + emb.size(1)), steps
 
 
 class RNNSeq2Seq(nn.Module):
@@ -208,8 +244,17 @@ class RNNSeq2Seq(nn.Module):
         input_feeding: bool = False,
         dropout: float = 0.1,
         pad_id: int = 0,
+        local_window: int = 10,
+        copy: bool = False,
     ):
         super().__init__()
+        if copy and (attention == "none" or src_vocab_size != tgt_vocab_size):
+            raise ValueError(
+                "copy (the pointer-generator) points with attention at source ids that must "
+                "be output ids: it needs attention and one vocabulary for both sides, got "
+                f"attention {attention!r} and vocabularies of {src_vocab_size} and "
+                f"{tgt_vocab_size}"
+            )
         self.pad_id, self.attention_kind = pad_id, attention  # e.g. "bahdanau", "none"
         self.encoder = RNNEncoder(
             src_vocab_size,
@@ -227,17 +272,18 @@ class RNNSeq2Seq(nn.Module):
             hidden_size,
             cell,
             num_layers,
-            make_attention(attention, hidden_size),
+            make_attention(attention, hidden_size, local_window),
             input_feeding,
             dropout,
             pad_id,
+            copy,
         )
 
     def encode(self, src: torch.Tensor, need_weights: bool = False) -> RNNMemory:
         states, final = self.encoder(src)
         attention = self.decoder.attention
         keys = attention.prepare_keys(states) if attention is not None else None
-        return RNNMemory(states, padding_mask(src, self.pad_id), keys, final)
+        return RNNMemory(states, padding_mask(src, self.pad_id), keys, final, src)
 
     def init_state(self, memory: RNNMemory) -> RNNState:
         hidden = self.decoder.init_hidden(memory.final)
@@ -261,6 +307,8 @@ class RNNSeq2Seq(nn.Module):
             scores=steps.scores[:, None, None],  # (B, 1, 1, T, S)
             decoder_states=steps.states,
             contexts=steps.contexts,
+            centers=steps.centers,
+            p_gen=steps.p_gen,
         )
         return Seq2SeqOutput(logits, maps)
 

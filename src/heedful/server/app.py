@@ -120,10 +120,17 @@ def create_app(
     from fastapi import FastAPI
 
     from heedful.checkpoint import read_model_config
+    from heedful.hf.layout import check_layout, is_huggingface_dir, languages
 
     model_dir = Path(model_dir)
-    meta, _ = read_model_config(model_dir)
-    state = _State(model_dir, (meta.get("src_lang", "src"), meta.get("tgt_lang", "tgt")), limits)
+    if is_huggingface_dir(model_dir):  # a save_pretrained directory (heedful.hf)
+        check_layout(model_dir)
+        state = _State(model_dir, languages(model_dir), limits)
+    else:
+        meta, _ = read_model_config(model_dir)
+        state = _State(
+            model_dir, (meta.get("src_lang", "src"), meta.get("tgt_lang", "tgt")), limits
+        )
     state.batcher = Batcher(
         lambda jobs: state.service.run(jobs),  # type: ignore[union-attr]
         limits.max_batch_size,

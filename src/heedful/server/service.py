@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from heedful.config import beams_for
@@ -23,6 +23,11 @@ class Search:
     n_best: int
     max_len_ratio: float
     max_len_offset: int
+    # sampling settings (sorted items), and the request they belong to: a seeded request
+    # draws the same samples whatever else the batch holds, so it shares its batch with no other
+    sampling: tuple | None = None
+    owner: int | None = None
+    prefix: str | None = field(default=None, compare=False)  # this text's; any prefixes batch
 
 
 @dataclass(eq=False)
@@ -68,6 +73,11 @@ class TranslationService:
                 f"this server runs the {translator.engine} engine, which gives no "
                 "attention weights: drop return_attention (the torch engine gives them)",
             )
+        if (request.sampling is not None or request.prefix) and translator.engine != "torch":
+            raise ApiError(
+                400,
+                f"sample and prefix need the torch engine; this server runs {translator.engine}",
+            )
         searches, attention_bytes = [], 0
         for i, text in enumerate(request.texts):
             source_tokens = len(translator.src_tokenizer.encode(text))
@@ -79,6 +89,7 @@ class TranslationService:
                     f"{self.max_positions}",
                 )
             search, output_limit = self._plan_search(source_tokens, beams, n_best, request)
+            search = self._decoding(search, request, i, output_limit)
             searches.append(search)
             attention_bytes += estimated_json_bytes(
                 translator.config,
@@ -109,6 +120,20 @@ class TranslationService:
             return Search(beams, n_best, g.max_len_ratio, g.max_len_offset), natural
         return Search(beams, n_best, 0.0, cap), cap
 
+    def _decoding(self, search: Search, request: TranslateRequest, i: int, limit: int) -> Search:
+        """The search with the prefix (within text i's output limit) and the sampling."""
+        prefix = request.prefix
+        forced = len(self.translator.prefix_ids(prefix)) if prefix else 0
+        if forced > limit:
+            where = f"the output of q[{i}]" if request.is_list else "the output"
+            raise ApiError(
+                400, f"prefix is {forced} tokens long, more than {where} may be ({limit} tokens)"
+            )
+        if request.sampling is None:
+            return replace(search, prefix=prefix)
+        sampling = tuple(sorted(request.sampling.items()))
+        return replace(search, sampling=sampling, owner=id(request), prefix=prefix)
+
     # -- in the worker thread ------------------------------------------------------------------
 
     def run(self, jobs: list[Job]) -> list[list[Output] | Exception]:
@@ -126,7 +151,8 @@ class TranslationService:
                 groups.setdefault(search, []).append((j, i))
         for search, members in groups.items():
             texts = [jobs[j].texts[i] for j, i in members]
-            outputs = self._guard(lambda s=search, t=texts: self._translate(s, t))
+            prefixes = [jobs[j].searches[i].prefix for j, i in members]
+            outputs = self._guard(lambda s=search, t=texts, p=prefixes: self._translate(s, t, p))
             for k, (j, i) in enumerate(members):
                 if isinstance(outputs, Exception):
                     results[j] = outputs
@@ -141,7 +167,10 @@ class TranslationService:
         except Exception as error:  # noqa: BLE001 - the job's answer, not the worker's end
             return error
 
-    def _translate(self, search: Search, texts: list[str]) -> list[Output]:
+    def _translate(self, search: Search, texts: list[str], prefixes: list) -> list[Output]:
+        decoding = {} if search.sampling is None else {"sample": True, **dict(search.sampling)}
+        if any(prefixes):
+            decoding["prefixes"] = prefixes
         results = self.translator.translate(
             texts,
             num_beams=search.num_beams,
@@ -149,6 +178,7 @@ class TranslationService:
             batch_size=self.limits.max_batch_size,
             max_len_ratio=search.max_len_ratio,
             max_len_offset=search.max_len_offset,
+            **decoding,
         )
         return [Output(r.text, [a.text for a in r.alternatives or []]) for r in results]
 
@@ -156,7 +186,11 @@ class TranslationService:
         outputs, size = [], 0
         for text, search in zip(job.texts, job.searches):
             translator = self._with_lengths(search)
-            trace = build_trace(translator, text, num_beams=search.num_beams, n_best=search.n_best)
+            sampling = None if search.sampling is None else dict(search.sampling)
+            trace = build_trace(
+                translator, text, search.num_beams, search.n_best, prefix=search.prefix,
+                sampling=sampling,
+            )  # fmt: skip
             trace_json = dumps(trace.to_dict())
             size += len(trace_json.encode("utf-8"))
             if size > self.limits.max_attention_bytes:

@@ -265,6 +265,10 @@ def explain(
     top: how many predicted words an RNN explanation lists.
     """
     check_kind(kind)  # what the model lacks is refused before translating
+    if getattr(translator.model, "hf_model_type", None):  # a Hugging Face model (heedful.hf)
+        from heedful.hf.explain import explain_hf
+
+        return explain_hf(translator, sentence, layer, head, position, kind)
     if translator.config.arch != "transformer":
         check_rnn_request(translator, kind, layer, head)
         return explain_rnn(translator, produce(translator, sentence), position, top)

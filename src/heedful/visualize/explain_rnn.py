@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from heedful.models.pointer import pointer_mixture
 from heedful.visualize.explanation import Explanation, Output, Section, at, first_rows, rows, vec
 from heedful.visualize.trace import check_index
 
@@ -24,6 +25,20 @@ SCORE_FORMULAS = {  # config.attention -> score(h_t, h̄_s) (Bahdanau et al. 201
 }
 
 
+def _predicted(decoder, attentional, maps, ti: int, src) -> tuple[torch.Tensor, list[str]]:
+    """p(y_t) over the vocabulary (V,), and for a pointer-generator the line that says how
+    much of it was copied (See et al. 2017, eq. 9)."""
+    logits = decoder.generator(attentional)  # (V,)
+    if maps.p_gen is None:
+        return logits.softmax(-1), []
+    p_gen, weights = maps.p_gen[0, ti], maps.cross[0, 0, 0, ti]  # (), (S,)
+    mixed = pointer_mixture(logits[None, None], p_gen.view(1, 1, 1), weights[None, None], src)
+    return mixed[0, 0].softmax(-1), [  # renormalised as search reads it (luong-local-p)
+        f"copy: p_gen = {float(p_gen):.4f}, p(w) = p_gen·softmax(W_o h̃_t)(w) + "
+        "(1 − p_gen)·Σ a_t(s) over the source positions s holding w"
+    ]
+
+
 def _rnn_sections(translator, out: Output, ti: int, maps, states, top: int) -> list[Section]:
     decoder, source = translator.model.decoder, out.source_tokens
     h_t = maps.decoder_states[0, ti]  # (N,)
@@ -33,7 +48,7 @@ def _rnn_sections(translator, out: Output, ti: int, maps, states, top: int) -> l
     combined = torch.cat([h_t, context])
     with torch.no_grad():
         attentional = torch.tanh(decoder.combine(combined))  # h̃_t = tanh(W_c [h_t; c_t])
-        probs = decoder.generator(attentional).softmax(-1)
+        probs, copied = _predicted(decoder, attentional, maps, ti, out.src)
     best = probs.topk(min(top, probs.numel()))
     tgt = translator.tgt_tokenizer
     labels = [at("h̄", source, j) for j in range(len(source))]
@@ -71,6 +86,7 @@ def _rnn_sections(translator, out: Output, ti: int, maps, states, top: int) -> l
             [
                 f"[h_t; c_t] = {vec(combined)}  (shape {tuple(combined.shape)})",
                 f"h̃_t = {vec(attentional)}",
+                *copied,
                 "top predicted words:",
                 *[
                     f"  {tgt.id_to_token(int(i))!r:<16} p = {float(p):.4f}"

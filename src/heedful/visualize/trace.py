@@ -9,11 +9,11 @@ L layers, H heads, N RNN hidden size, K top-k candidates.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
 from heedful.safejson import dumps
 from heedful.visualize.internals import (
@@ -24,15 +24,20 @@ from heedful.visualize.internals import (
     rnn_internals,
     transformer_internals,
 )
-from heedful.visualize.trace_check import check_trace, read_trace_json
+from heedful.visualize.trace_check import (  # check_index, check_kind: their old home
+    ATTENTION_KINDS,  # noqa: F401
+    check_index,  # noqa: F401
+    check_kind,  # noqa: F401
+    check_trace,
+    read_trace_json,
+)
+from heedful.visualize.trace_size import TOP_K, estimated_json_bytes  # noqa: F401 (its old home)
 
 if TYPE_CHECKING:
     import torch  # building a trace needs it, reading one does not: imported where it builds
 
 DECIMALS = 5  # the schema's rounding: small files, and still 1e-5 from the model's numbers
-# The attention a trace holds: output → source, source → source, output → output. The names
-# the CLI (--kind), plot_trace and explain take, in this order.
-ATTENTION_KINDS = ("cross", "encoder", "decoder")
+ONLY_WHEN_USED = ("sampled", "members")  # hypothesis keys written only when not None
 
 
 @dataclass
@@ -49,6 +54,10 @@ class TraceHypothesis:
     rnn: dict | None  # {"decoder_states": [T][N], "contexts", "scores"}; None for a Transformer
     # this output's part of the internals (docs/trace-schema.md); None when not recorded
     internals: dict | None = None
+    # only when sampled: [T][K] the distribution each token was drawn from (sampling.py)
+    sampled: list[list[dict]] | None = None
+    # only for an ensemble: [M] of {"model": ..., "cross_attention": [T][L_dec][H][S] or None}
+    members: list[dict] | None = None
 
 
 @dataclass
@@ -78,7 +87,12 @@ class Trace:
             "search": self.search,
             "encoder_self_attention": self.encoder_self_attention,
             "hypotheses": [
-                {f.name: getattr(h, f.name) for f in fields(h)} for h in self.hypotheses
+                {
+                    f.name: getattr(h, f.name)
+                    for f in fields(h)
+                    if f.name not in ONLY_WHEN_USED or getattr(h, f.name) is not None
+                }
+                for h in self.hypotheses
             ],
             "internals": self.internals,
         }
@@ -147,24 +161,6 @@ def _check_keys(data: Any, expected: set[str], optional: set[str], where: str) -
         raise ValueError(f"{where} has unknown keys {', '.join(unknown)}")
 
 
-def check_index(what: str, index: int, count: int, noun: str, owner: str = "the model") -> int:
-    """A 1-based `index` (of a layer, head or position) of `count`, as 0-based; out of range,
-    a ValueError naming them: "layer 7 out of range: the model has 3 decoder layers"."""
-    if not 1 <= index <= count:
-        plural = "" if count == 1 else "s"
-        hint = " (numbered from 1)" if index < 1 else ""
-        raise ValueError(f"{what} {index} out of range: {owner} has {count} {noun}{plural}{hint}")
-    return index - 1
-
-
-def check_kind(kind: str) -> str:
-    if kind not in ATTENTION_KINDS:
-        raise ValueError(
-            f"unknown attention kind {kind!r}: choose one of {', '.join(ATTENTION_KINDS)}"
-        )
-    return kind
-
-
 # ---------------------------------------------------------------------------------------------
 # Building a trace: Translator.search, then Translator.replay (teacher forcing) per hypothesis
 # ---------------------------------------------------------------------------------------------
@@ -178,12 +174,15 @@ def _rounded(x: torch.Tensor | None) -> list | None:
 def model_info(config) -> dict:
     """The trace's "model": its family and the layers × heads its attention maps have."""
     if config.arch == "rnn":
+        local = {"window": config.local_window} if "local" in config.attention else {}
+        local |= {"copy": True} if config.copy else {}  # See et al. 2017's pointer-generator
         return {
             "arch": "rnn",
             "attention": config.attention,
             "encoder_layers": 1,
             "decoder_layers": 1,
             "heads": 1,
+            **local,  # Luong's local attention: D, its window's half-width; copy
         }
     return {
         "arch": "transformer",
@@ -201,15 +200,16 @@ def model_info(config) -> dict:
 NOT_CANDIDATES = (PAD_ID, BOS_ID)
 
 
-def _top_k(log_probs: torch.Tensor, k: int, tokenizer, chosen: list[int]) -> list[list[dict]]:
+def _top_k(log_probs, k: int, tokenizer, chosen: list[int], cut: bool = False) -> list[list[dict]]:
     """log_probs (T, V) -> [T][K] the most probable next tokens with their probabilities,
     without <s> and <pad> unless chosen[t] is one of them; probabilities as the model gave
-    them (not renormalised)."""
+    them (not renormalised). cut: without the tokens of probability 0 (sampling's cut ones)."""
     wanted = min(k + len(NOT_CANDIDATES), log_probs.size(-1))
     probs, ids = log_probs.exp().topk(wanted, dim=-1)  # (T, K + 2)
     steps = []
     for ps, js, pick in zip(probs.double().tolist(), ids.tolist(), chosen):
-        kept = [(p, i) for p, i in zip(ps, js) if i not in NOT_CANDIDATES or i == pick][:k]
+        kept = [(p, i) for p, i in zip(ps, js) if i not in NOT_CANDIDATES or i == pick]
+        kept = [(p, i) for p, i in kept if p > 0 or i == pick or not cut][:k]
         steps.append(
             [{"token": tokenizer.id_to_token(i), "prob": round(p, DECIMALS)} for p, i in kept]
         )
@@ -218,24 +218,28 @@ def _top_k(log_probs: torch.Tensor, k: int, tokenizer, chosen: list[int]) -> lis
 
 def _rnn_parts(maps) -> dict:
     """h_t, c_t and the scores of one hypothesis (batch of one); an RNN without attention has
-    only h_t."""
+    only h_t, one with local attention also the p_t its windows centre on, a copying one p_gen."""
     attends = maps.cross is not None
+    parts = {k: getattr(maps, k) for k in ("centers", "p_gen")}  # (B, T) each, or None
+    extra = {k: _rounded(v[0]) for k, v in parts.items() if v is not None}
     return {
         "decoder_states": _rounded(maps.decoder_states[0]),  # (T, N)
         "contexts": _rounded(maps.contexts[0]) if attends else None,  # (T, N)
         "scores": _rounded(maps.scores[0, 0, 0]) if attends else None,  # (T, S)
+        **extra,
     }
 
 
-def _replayed(translator, src: torch.Tensor, hyp, top_k: int, internals: bool, first: bool):
-    """A hypothesis with what the model computed at each of its steps (Translator.replay).
+def _replayed(translator, src, hyp, top_k: int, internals: bool, first: bool, sampling=None):
+    """A hypothesis with what the model computed at each of its steps (Translator.replay);
+    with `sampling`, the distributions its tokens were drawn from.
 
     Returns the TraceHypothesis, the encoder self-attention (L, H, S, S) or None, and the
     internals shared by all hypotheses (None unless `internals`; the encoder block's tensors,
     the same for every hypothesis, are read for the `first` one only).
     """
     tgt_tok = translator.tgt_tokenizer
-    with recording(translator.model) as captured:
+    with recording(translator.model) if internals else nullcontext({}) as captured:
         out = translator.replay(src, hyp)
     maps = out.attention
     shared = own = None
@@ -246,9 +250,10 @@ def _replayed(translator, src: torch.Tensor, hyp, top_k: int, internals: bool, f
         shared, own = rnn_internals(
             captured, translator.model, maps, DECIMALS
         )  # rnn-none: decoder_states only
-    cross = None if maps.cross is None else maps.cross[0].permute(2, 0, 1, 3)  # (T, L, H, S)
+    cross = _cross(maps)  # (T, L, H, S)
     decoder = None if maps.decoder is None else maps.decoder[0]  # (L, H, T, T)
     encoder = None if maps.encoder is None else maps.encoder[0]  # (L, H, S, S)
+    log_probs = out.logits[0].log_softmax(-1)  # (T, V)
     trace_hyp = TraceHypothesis(
         text=tgt_tok.decode(hyp.tokens),
         tokens=[tgt_tok.id_to_token(i) for i in hyp.tokens] + ([EOS] if hyp.finished else []),
@@ -256,11 +261,54 @@ def _replayed(translator, src: torch.Tensor, hyp, top_k: int, internals: bool, f
         finished=hyp.finished,
         cross_attention=_rounded(cross),
         decoder_self_attention=_rounded(decoder),
-        top_k=_top_k(out.logits[0].log_softmax(-1), top_k, tgt_tok, hyp.produced(EOS_ID)),
+        top_k=_top_k(log_probs, top_k, tgt_tok, hyp.produced(EOS_ID)),
         rnn=_rnn_parts(maps) if translator.config.arch == "rnn" else None,
         internals=own,
+        sampled=None if sampling is None else _sampled(log_probs, sampling, top_k, tgt_tok, hyp),
+        members=_members(translator.model, src, hyp),
     )
     return trace_hyp, encoder, shared
+
+
+def _sampled(log_probs, sampling, top_k: int, tokenizer, hyp) -> list[list[dict]]:
+    """[T][K] the most probable tokens of the distribution each token was drawn from."""
+    from heedful.sampling import sampling_log_probs
+
+    reshaped = sampling_log_probs(log_probs, sampling)
+    return _top_k(reshaped, top_k, tokenizer, hyp.produced(EOS_ID), cut=True)
+
+
+def _members(model, src, hyp) -> list[dict] | None:
+    """Each ensemble member's cross-attention over this hypothesis; None for one model."""
+    if not hasattr(model, "member_outputs"):
+        return None
+    import torch
+
+    tgt_in = torch.tensor([hyp.decoder_input(BOS_ID, EOS_ID)], device=src.device)
+    outputs = model.member_outputs(src, tgt_in, need_weights=True)
+    return [
+        {"model": model_info(m.config), "cross_attention": _rounded(_cross(o.attention))}
+        for m, o in zip(model.members, outputs)
+    ]
+
+
+def _cross(maps) -> torch.Tensor | None:
+    return None if maps.cross is None else maps.cross[0].permute(2, 0, 1, 3)  # (T, L, H, S)
+
+
+def _search(translator, src, n_best: int, search: dict, prefix, sampling):
+    """The hypotheses of build_trace and the Sampling they were drawn with (or None); `search`
+    (num_beams, length_penalty) gains the prefix and sampling settings when there are some."""
+    from heedful.sampling import Sampling
+
+    forced = [translator.prefix_ids(prefix)] if prefix else None
+    drawn = None if sampling is None else Sampling(**sampling)  # checked before searching
+    settings = {"length_penalty": search["length_penalty"]}
+    settings |= {"sample": True, **sampling} if drawn else {}
+    [hyps] = translator.search(src, search["num_beams"], n_best, prefix=forced, **settings)
+    search |= {"prefix": prefix, "forced": len(forced[0])} if forced else {}
+    search |= {"sample": dict(sampling)} if drawn else {}
+    return hyps, drawn
 
 
 def build_trace(
@@ -271,6 +319,8 @@ def build_trace(
     top_k: int | None = None,
     length_penalty: float | None = None,
     internals: bool | None = None,
+    prefix: str | None = None,
+    sampling: dict | None = None,
 ) -> Trace:
     """Translate `sentence` and record, for each of the n_best outputs, every attention weight.
 
@@ -281,6 +331,8 @@ def build_trace(
     internals: record what the viewer's calculation panels need (per-head Q, K, V; RNN
         encoder and attentional states): None does so while they stay within
         INTERNALS_MAX_NUMBERS numbers (docs/trace-schema.md), True always, False never.
+    prefix: target text the outputs must start with. sampling: GenerationConfig's sampling
+        fields (temperature, top_k, top_p, seed): draw n_best outputs instead of searching.
     Raises ValueError for an empty sentence.
     """
     if not sentence.strip():
@@ -295,19 +347,26 @@ def build_trace(
     import torch
 
     src = torch.tensor([ids], device=translator.device)  # (1, S)
-    [hyps] = translator.search(src, num_beams, n_best, length_penalty=length_penalty)
+    search = {"num_beams": num_beams, "length_penalty": length_penalty}
+    hyps, drawn = _search(translator, src, n_best, search, prefix, sampling)
+    internals = False if hasattr(translator.model, "members") else internals  # an ensemble
+    hf_model = getattr(translator.model, "hf_model_type", None)  # heedful.hf's adapter
+    if internals and hf_model:
+        raise ValueError(f"internals are recorded for heedful's own models, not {hf_model}")
     if internals is None:
         lengths = [len(h.produced(EOS_ID)) for h in hyps]
-        internals = internals_size(translator.config, len(ids), lengths) <= INTERNALS_MAX_NUMBERS
+        small = internals_size(translator.config, len(ids), lengths) <= INTERNALS_MAX_NUMBERS
+        internals = small and not hf_model
     with torch.no_grad():
         traced = [
-            _replayed(translator, src, h, top_k, internals, i == 0) for i, h in enumerate(hyps)
+            _replayed(translator, src, h, top_k, internals, i == 0, drawn)
+            for i, h in enumerate(hyps)
         ]
     return Trace(
         model=model_info(translator.config),
         source=sentence,
         source_tokens=source_tokens,
-        search={"num_beams": num_beams, "length_penalty": length_penalty},
+        search=search,
         encoder_self_attention=_rounded(traced[0][1]),
         hypotheses=[h for h, _, _ in traced],
         internals=traced[0][2],
@@ -315,35 +374,6 @@ def build_trace(
 
 
 # ---- sizes and placeholders for pages that show a trace later (server) ----
-
-
-TOP_K = 5  # candidates per step in a trace (build_trace's default)
-# Bytes a number takes in a trace's JSON, with DECIMALS decimals and a comma: a weight or a
-# probability is in [0, 1] ("0.12345,"); h_t and c_t of tanh-bounded RNNs in (-1, 1)
-# ("-0.12345,"); a score before the softmax is unbounded, and real ones stay under 1000 in
-# magnitude ("-123.45678,").
-_WEIGHT_BYTES, _STATE_BYTES, _SCORE_BYTES = 8, 9, 11
-
-
-def estimated_json_bytes(
-    config: ModelConfig, source_length: int, output_length: int, n_best: int
-) -> int:
-    """An upper estimate of the JSON size of a trace of `n_best` hypotheses, from the model's
-    shape: S = source_length tokens and at most T = output_length (</s> included) each."""
-    s, t = source_length, output_length
-    if config.arch == "transformer":
-        heads = config.num_heads
-        per_output = config.decoder_layers * heads * (t * s + t * t)  # cross + decoder self
-        per_output *= _WEIGHT_BYTES
-        shared = config.encoder_layers * heads * s * s * _WEIGHT_BYTES  # encoder self-attention
-    else:
-        per_output = t * s * (_WEIGHT_BYTES + _SCORE_BYTES)  # weights and scores
-        per_output += 2 * t * config.hidden_size * _STATE_BYTES  # h_t and c_t
-        shared = 0
-    per_output += 4 * TOP_K * t * _WEIGHT_BYTES  # a candidate is a token and a probability
-    # internals are kept only while within the limit: a trace of shorter outputs may keep them
-    numbers = min(internals_size(config, s, [t] * n_best), INTERNALS_MAX_NUMBERS)
-    return shared + n_best * per_output + numbers * _SCORE_BYTES
 
 
 def placeholder_trace(source: str, output: str) -> Trace:

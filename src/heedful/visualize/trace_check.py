@@ -16,7 +16,8 @@ from typing import Any
 
 MAX_TRACE_BYTES = 256 << 20  # far above any trace build_trace writes (internals are bounded)
 ARCHS = ("transformer", "rnn")
-ATTENTIONS = ("multi-head", "none", "bahdanau", "luong-dot", "luong-general", "luong-concat")
+ATTENTIONS = ("multi-head", "none", "bahdanau", "luong-dot", "luong-general", "luong-concat",
+              "luong-local-m", "luong-local-p")  # fmt: skip
 
 
 def read_trace_json(path: Path) -> Any:
@@ -147,29 +148,71 @@ def _check_hypothesis(c: _Checker, h: dict, where: str, s: int, layers: int, hea
     c.optional_array(h["cross_attention"], cross, f"{where}.cross_attention", weights=True)
     own = [(layers, "L_dec"), (heads, "H"), (t, "T"), (t, "T")]
     c.optional_array(h["decoder_self_attention"], own, f"{where}.decoder_self_attention", True)
-    top_k = c.kind(h["top_k"], list, f"{where}.top_k", f"a list of {t} (T)")
-    if len(top_k) != t:
-        c.fail(f"{where}.top_k", f"expected {t} lists (T), got {len(top_k)}")
-    for i, step in enumerate(top_k):
-        for j, candidate in enumerate(c.kind(step, list, f"{where}.top_k[{i}]", "a list")):
-            at = f"{where}.top_k[{i}][{j}]"
-            c.kind(candidate, dict, at, "an object")
-            if set(candidate) != {"token", "prob"}:
-                c.fail(at, "must have exactly the keys token and prob")
-            c.kind(candidate["token"], str, f"{at}.token", "text")
-            c.number(candidate["prob"], f"{at}.prob", 0.0, 1.0)
+    _check_candidates(c, h["top_k"], f"{where}.top_k", t)
+    if h.get("sampled") is not None:
+        _check_candidates(c, h["sampled"], f"{where}.sampled", t)
+    for i, member in enumerate(c.kind(h.get("members") or [], list, f"{where}.members", "a list")):
+        at = f"{where}.members[{i}]"
+        if not isinstance(member, dict) or set(member) != {"model", "cross_attention"}:
+            c.fail(at, "must be an object with exactly the keys model and cross_attention")
+        model = c.kind(member["model"], dict, f"{at}.model", "an object")
+        shape = [(t, "T"), (model.get("decoder_layers"), "L_dec"), (model.get("heads"), "H")]
+        c.optional_array(member["cross_attention"], [*shape, (s, "S")], f"{at}.cross_attention")
     if h["rnn"] is not None:
         _check_rnn(c, h["rnn"], f"{where}.rnn", t, s)
     c.kind(h.get("internals"), (dict, type(None)), f"{where}.internals", "an object or null")
     c.numbers_within(h.get("internals"), f"{where}.internals")
 
 
+def _check_candidates(c: _Checker, steps: Any, where: str, t: int) -> None:
+    """[T][K] of {"token": text, "prob": a probability}: top_k, and sampled."""
+    c.kind(steps, list, where, f"a list of {t} (T)")
+    if len(steps) != t:
+        c.fail(where, f"expected {t} lists (T), got {len(steps)}")
+    for i, step in enumerate(steps):
+        for j, candidate in enumerate(c.kind(step, list, f"{where}[{i}]", "a list")):
+            at = f"{where}[{i}][{j}]"
+            c.kind(candidate, dict, at, "an object")
+            if set(candidate) != {"token", "prob"}:
+                c.fail(at, "must have exactly the keys token and prob")
+            c.kind(candidate["token"], str, f"{at}.token", "text")
+            c.number(candidate["prob"], f"{at}.prob", 0.0, 1.0)
+
+
 def _check_rnn(c: _Checker, rnn: Any, where: str, t: int, s: int) -> None:
     c.kind(rnn, dict, where, "an object or null")
-    if set(rnn) != {"decoder_states", "contexts", "scores"}:
-        c.fail(where, "must have exactly the keys decoder_states, contexts and scores")
+    if set(rnn) - {"centers", "p_gen"} != {"decoder_states", "contexts", "scores"}:
+        c.fail(where, "must have exactly the keys decoder_states, contexts and scores (and "
+               "centers with local attention, p_gen with copy)")  # fmt: skip
+    if "centers" in rnn:  # p_t of Luong's local attention, a source position
+        c.array(rnn["centers"], [(t, "T")], f"{where}.centers")
+    if "p_gen" in rnn:  # the pointer-generator's probability of generating: in [0, 1]
+        c.array(rnn["p_gen"], [(t, "T")], f"{where}.p_gen", weights=True)
     states = c.kind(rnn["decoder_states"], list, f"{where}.decoder_states", "a list")
     n = len(states[0]) if states and isinstance(states[0], list) else 0
     c.array(states, [(t, "T"), (max(n, 1), "N")], f"{where}.decoder_states")
     c.optional_array(rnn["contexts"], [(t, "T"), (max(n, 1), "N")], f"{where}.contexts")
     c.optional_array(rnn["scores"], [(t, "T"), (s, "S")], f"{where}.scores")
+
+
+# The attention a trace holds: output → source, source → source, output → output. The names
+# the CLI (--kind), plot_trace and explain take, in this order.
+ATTENTION_KINDS = ("cross", "encoder", "decoder")
+
+
+def check_index(what: str, index: int, count: int, noun: str, owner: str = "the model") -> int:
+    """A 1-based `index` (of a layer, head or position) of `count`, as 0-based; out of range,
+    a ValueError naming them: "layer 7 out of range: the model has 3 decoder layers"."""
+    if not 1 <= index <= count:
+        plural = "" if count == 1 else "s"
+        hint = " (numbered from 1)" if index < 1 else ""
+        raise ValueError(f"{what} {index} out of range: {owner} has {count} {noun}{plural}{hint}")
+    return index - 1
+
+
+def check_kind(kind: str) -> str:
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(
+            f"unknown attention kind {kind!r}: choose one of {', '.join(ATTENTION_KINDS)}"
+        )
+    return kind

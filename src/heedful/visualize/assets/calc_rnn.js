@@ -6,18 +6,29 @@ const RNN_FORMULAS = {
   "luong-dot": "score = h_t \u00B7 h\u0304_s  (Luong et al. 2015, dot)",
   "luong-general": "score = h_t \u00B7 (W_a h\u0304_s)  (Luong et al. 2015, general)",
   "luong-concat": "score = v_a\u1D40 tanh(W_a [h_t; h\u0304_s])  (Luong et al. 2015, concat)",
+  "luong-local-m": "score = h_t \u00B7 (W_a h\u0304_s) for |s \u2212 p_t| \u2264 D, p_t = t  " +
+    "(Luong et al. 2015, local-m)",
+  "luong-local-p": "score = h_t \u00B7 (W_a h\u0304_s) for |s \u2212 p_t| \u2264 D; a_t(s) " +
+    "\u00D7 exp(\u2212(s \u2212 p_t)\u00B2 / 2\u03C3\u00B2), \u03C3 = D/2  (Luong et al. 2015, local-p)",
 };
 // score(h_t, h̄_s) as the model computes it, from the parts the trace keeps (internals).
 function rnnScore(t, s) {
   const shared = trace.internals, own = hyp().internals, h = hyp().rnn.decoder_states[t];
   if (model.attention === "luong-dot") return dot(h, shared.encoder_states[s]);
-  if (model.attention === "luong-general") return dot(h, shared.score_keys[s]);
+  if (model.attention === "luong-general" || model.window) return dot(h, shared.score_keys[s]);
   const q = own.score_queries[t], k = shared.score_keys[s];
   return dot(shared.score_v, q.map((x, i) => Math.tanh(x + k[i])));
 }
 function rnnCalculation(t) {
   const states = trace.internals.encoder_states;
-  const rows = softmaxRows(states.map((_, s) => ({ j: s, score: rnnScore(t, s), masked: false })));
+  // local attention (model.window = D): keys outside [p_t - D, p_t + D] masked; local-p then
+  // weighs each by a Gaussian around p_t (Luong et al. 2015, eq. 10)
+  const D = model.window, p = D ? +hyp().rnn.centers[t] : 0;
+  const outside = (s) => !!D && Math.abs(s - p) > D + 1e-9;
+  const rows = softmaxRows(states.map((_, s) => ({ j: s, score: rnnScore(t, s), masked: outside(s) })));
+  if (model.attention === "luong-local-p") {
+    for (const r of rows) r.weight *= Math.exp(-((r.j - p) ** 2) / (2 * (D / 2) ** 2));
+  }
   const context = new Array(states[0].length).fill(0);
   for (const r of rows) {
     r.weighted = states[r.j].map((x) => x * r.weight);
@@ -47,6 +58,7 @@ function rnnTable(h, t, calc) {
   for (const r of calc.rows) {
     const row = table.insertRow();
     row.dataset.key = String(r.j);
+    if (r.masked) row.classList.add("masked"); // outside a local attention's window
     numCell(row, "j", String(r.j + 1));
     numCell(row, "key", tokenChip(sourceTokens[r.j]));
     numCell(row, "k", trace.internals.encoder_states[r.j]);
@@ -89,7 +101,10 @@ function renderRnnCalc(body, t) {
   const ctx = stepItem(steps, "Context c_t = \u03A3_s a_t(s) h\u0304_s =", vectorSpan("calc-output", calc.context));
   ctx.appendChild(el("span", "note-inline", "  (the trace's c_t: " + vecText(h.rnn.contexts[t]) + ")"));
   stepItem(steps, "h\u0303_t = tanh(W_c [h_t; c_t]), the attentional state:", vectorSpan("calc-attentional", h.internals.attentional[t]));
-  const out = stepItem(steps, "p(y_t) = softmax(W_o h\u0303_t); the most probable tokens:");
+  const pgen = h.rnn.p_gen && +h.rnn.p_gen[t]; // the pointer-generator mixes in copying
+  const out = stepItem(steps, pgen == null ? "p(y_t) = softmax(W_o h\u0303_t); the most probable tokens:" :
+    "p(y_t) = p_gen softmax(W_o h\u0303_t) + (1 \u2212 p_gen) \u03A3 a_t(s) over the source positions " +
+    "holding y_t, p_gen = " + fmt(pgen, 3) + "; the most probable tokens:");
   for (const cand of h.top_k[t] || []) {
     out.appendChild(tokenChip(cand.token + " " + fmt(cand.prob, 3), cand.token === h.tokens[t] ? "chosen" : ""));
   }

@@ -109,7 +109,33 @@ function renderHeatmapView(name) {
   const rows = matrixRows(kind, layer, $(name + "-head").value);
   const max = $(name + "-stretch").checked ? Math.max(1e-6, maxOf(rows)) : 1;
   drawHeatmap($(name + "-canvas"), rows, rowLabels(kind), colLabels(kind), max, KINDS[kind]);
+  if (name === "matrix") drawLocalWindows($(name + "-canvas"));
   drawLegend($(name + "-legend"), 0, max, (v) => seqColour(v, max), "attention weight");
+}
+// Luong's local attention (§3.2): on each output row of the alignment matrix, the window
+// [p_t - D, p_t + D] the step could attend to, outlined, and p_t itself, a dot (the trace's
+// model.window and the hypothesis's rnn.centers; data-windows holds [low, high, p_t] per row).
+function drawLocalWindows(canvas) {
+  const h = hyp(), D = model.window;
+  const centers = h && h.rnn && h.rnn.centers;
+  delete canvas.dataset.windows;
+  if (!centers || !D) return;
+  const g = canvas._grid, ctx = canvas.getContext("2d");
+  const windows = centers.map((p) =>
+    [Math.max(0, Math.ceil(p - D - 1e-9)), Math.min(g.nCols - 1, Math.floor(p + D + 1e-9)), p]);
+  ctx.save();
+  windows.forEach(([low, high, p], i) => {
+    const y = g.top + i * g.cell;
+    ctx.strokeStyle = "#e39b00";
+    ctx.lineWidth = 1.5;
+    ctx.strokeRect(g.left + low * g.cell + 0.75, y + 0.75, (high - low + 1) * g.cell - 1.5, g.cell - 1.5);
+    ctx.fillStyle = "#c0504d"; // p_t, a real-valued position: cell s spans [s - 0.5, s + 0.5]
+    ctx.beginPath();
+    ctx.arc(g.left + (p + 0.5) * g.cell, y + g.cell / 2, Math.max(2, g.cell / 6), 0, 2 * Math.PI);
+    ctx.fill();
+  });
+  ctx.restore();
+  canvas.dataset.windows = JSON.stringify(windows);
 }
 function initHeatmaps() {
   for (const [name, kind] of Object.entries(HEATMAPS)) {

@@ -9,9 +9,34 @@ function renderProgress(tokens, t) {
   current.appendChild(tokenChip(tokens[t] == null ? "" : tokens[t], "current"));
   const output = $("replay-output");
   output.textContent = "";
+  const pgen = hyp() && hyp().rnn && hyp().rnn.p_gen; // only a pointer-generator has it
   tokens.forEach((tok, i) => {
-    output.appendChild(tokenChip(tok, i < t ? "done" : i === t ? "current" : "future"));
+    const chip = tokenChip(tok, i < t ? "done" : i === t ? "current" : "future");
+    output.appendChild(pgen ? pgenItem(chip, +pgen[i] || 0) : chip);
   });
+  renderPgenNote(pgen, t);
+}
+// The pointer-generator (See et al. 2017): under each output token a bar of p_gen, the
+// probability of generating it from the vocabulary (green) rather than copying it (amber).
+function pgenItem(chip, p) {
+  const item = el("span", "pgen-item");
+  item.title = "p_gen " + fmt(p, 3) + ": generate " + Math.round(p * 100) + "%, copy " +
+    Math.round((1 - p) * 100) + "%";
+  const box = el("span", "pgen-box");
+  const bar = el("span", "pgen");
+  bar.style.width = Math.max(0, Math.min(1, p)) * 100 + "%";
+  box.appendChild(bar);
+  item.append(chip, box);
+  return item;
+}
+function renderPgenNote(pgen, t) {
+  const note = $("replay-pgen");
+  note.hidden = !pgen;
+  if (!pgen) return;
+  const p = +pgen[t] || 0;
+  note.textContent = "Copy: p_gen = " + fmt(p, 3) + ", so this step's probabilities are " +
+    fmt(p, 2) + " \u00D7 the softmax + " + fmt(1 - p, 2) + " \u00D7 the attention on the " +
+    "source positions holding each token (bars: generate in green, copy in amber).";
 }
 function sourceBar(tok, w) {
   const item = el("div", "source-bar");
@@ -43,16 +68,32 @@ function renderCandidates(h, tokens, t) {
   const candidates = h.top_k && h.top_k[t];
   $("replay-topk-note").hidden = !!candidates;
   $("replay-topk-note").textContent = candidates ? "" : "This trace has no top-k candidates.";
-  for (const cand of candidates || []) {
-    const chosen = cand.token === tokens[t];
-    const chip = tokenChip(cand.token, (chosen ? "chosen" : "") + (cand.token === UNK ? " unk" : ""));
-    if (cand.token === UNK) chip.title = UNK_NOTE;
-    const box = el("div", "prob-box" + (chosen ? " chosen-row" : ""));
-    const bar = el("div", "prob");
-    bar.style.width = Math.max(0, Math.min(1, +cand.prob || 0)) * 100 + "%";
-    box.appendChild(bar);
-    topk.append(chip, box, el("span", "num", fmt(cand.prob, 3)));
-  }
+  for (const cand of candidates || []) topk.append(...candidateRow(cand, tokens[t]));
+  const sampled = h.sampled && h.sampled[t];
+  if (!sampled) return;
+  // sampling: the distribution the token was drawn from (temperature, top-k, top-p applied)
+  const title = el("div", "sampled-title", "drawn from (" + samplingLabel() + "):");
+  title.style.gridColumn = "1 / -1";
+  topk.appendChild(title);
+  for (const cand of sampled) topk.append(...candidateRow(cand, tokens[t]));
+}
+function candidateRow(cand, token) {
+  const chosen = cand.token === token;
+  const chip = tokenChip(cand.token, (chosen ? "chosen" : "") + (cand.token === UNK ? " unk" : ""));
+  if (cand.token === UNK) chip.title = UNK_NOTE;
+  const box = el("div", "prob-box" + (chosen ? " chosen-row" : ""));
+  const bar = el("div", "prob");
+  bar.style.width = Math.max(0, Math.min(1, +cand.prob || 0)) * 100 + "%";
+  box.appendChild(bar);
+  return [chip, box, el("span", "num", fmt(cand.prob, 3))];
+}
+function samplingLabel() {
+  const s = (trace.search && trace.search.sample) || {};
+  const parts = ["temperature " + (s.temperature == null ? 1 : s.temperature)];
+  if (s.top_k != null) parts.push("top-k " + s.top_k);
+  if (s.top_p != null) parts.push("top-p " + s.top_p);
+  if (s.seed != null) parts.push("seed " + s.seed);
+  return parts.join(", ");
 }
 // <unk> is a real candidate (every unknown piece of the training data was one); <s> and <pad>,
 // never a training target, are not listed (trace.py).

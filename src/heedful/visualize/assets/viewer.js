@@ -65,8 +65,12 @@ function modelInfo() {
   if (model.arch === "transformer") {
     parts.push(model.encoder_layers + "+" + model.decoder_layers + " layers", model.heads + " heads");
   }
+  if (model.window) parts.push("local window D = " + model.window);
+  if (model.copy) parts.push("copy (pointer-generator)");
   const search = trace.search || {};
-  parts.push(search.num_beams > 1 ? "beam search, " + search.num_beams + " beams" : "greedy search");
+  if (search.sample) parts.push("sampling: " + samplingLabel());
+  else parts.push(search.num_beams > 1 ? "beam search, " + search.num_beams + " beams" : "greedy search");
+  if (search.prefix) parts.push("prefix " + JSON.stringify(search.prefix));
   parts.push(sourceTokens.length + " source tokens");
   return parts.join(" \u00B7 ");
 }

@@ -1,0 +1,279 @@
+"""The kinds of field a request has: each gives its JSON Schema and reads (checks) its value.
+
+heedful.server.schema declares the requests from these; the parser and the OpenAPI document
+both come from that one declaration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from heedful.server.limits import ApiError
+
+# A text needs one character that is neither Python's whitespace (str.isspace, which also
+# counts the separators \x1c-\x1f and \x85) nor the JSON-Schema regex's \s (which also counts
+# U+FEFF): the OpenAPI pattern and the parser's check then agree on every string.
+NOT_BLANK = r"[^\s\x1c-\x1f\x85\ufeff]"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", ""}
+
+
+def shown(value: Any, width: int = 40) -> str:
+    """A value as JSON, cut short: an error message quotes it, it does not echo megabytes."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class Field(Protocol):
+    """A field of a request. Two methods are optional: from_text(value), the value a form's
+    or a query string's text spells (where it is not text: a number, true or false), and
+    query_schema(), the schema of one value in the query string (where it is not schema())."""
+
+    name: str
+
+    def schema(self) -> dict: ...  # its JSON Schema, in the body
+    def read(self, data: dict) -> Any: ...  # the checked value; ApiError(400) if wrong
+
+
+@dataclass(frozen=True)
+class Texts:
+    """A text, or a list of texts: each with a character that is not blank, valid Unicode,
+    at most `max_chars` long; a list of 1 to `max_items` of them."""
+
+    name: str
+    max_chars: int
+    max_items: int
+
+    def query_schema(self) -> dict:  # a list is the field repeated: ?q=a&q=b
+        return {"type": "string", "minLength": 1, "maxLength": self.max_chars, "pattern": NOT_BLANK}
+
+    def schema(self) -> dict:
+        text = self.query_schema()
+        listed = {"type": "array", "items": text, "minItems": 1, "maxItems": self.max_items}
+        return {"anyOf": [text, listed]}
+
+    def read(self, data: dict) -> tuple[list[str], bool]:
+        """The texts, and whether they came as a list (the answer is then a list too)."""
+        if self.name not in data:
+            raise ApiError(
+                400, f"missing field {self.name}: the text to translate (a string or a list)"
+            )
+        value = data[self.name]
+        is_list = isinstance(value, list)
+        texts = value if is_list else [value]
+        if is_list and not texts:
+            raise ApiError(400, f"{self.name} is an empty list: give at least one text")
+        if len(texts) > self.max_items:
+            raise ApiError(
+                400,
+                f"{self.name} has {len(texts)} texts; the limit is {self.max_items} (--max-items)",
+            )
+        for i, text in enumerate(texts):
+            self._check(f"{self.name}[{i}]" if is_list else self.name, text)
+        return texts, is_list
+
+    def _check(self, where: str, text: Any) -> None:
+        if not isinstance(text, str):
+            raise ApiError(400, f"{where} must be a string, got {type(text).__name__}")
+        if re.search(NOT_BLANK, text) is None:
+            raise ApiError(400, f"{where} is empty: there is nothing to translate")
+        if not text.isascii() and _SURROGATE.search(text):  # JSON's "\ud800" decodes alone
+            raise ApiError(400, f"{where} holds an unpaired surrogate: not valid Unicode text")
+        if len(text) > self.max_chars:
+            raise ApiError(
+                400,
+                f"{where} has {len(text)} characters; the limit is {self.max_chars} (--max-chars)",
+            )
+
+
+@dataclass(frozen=True)
+class Language:
+    """A language code of this model's pair; `enum` the codes the schema lists (the pair
+    itself is checked by parse_request, which names both)."""
+
+    name: str
+    enum: tuple[str, ...]
+    pair: tuple[str, str]
+    description: str | None = None
+
+    def schema(self) -> dict:
+        schema = {"type": "string", "enum": list(self.enum)}
+        return schema | ({"description": self.description} if self.description else {})
+
+    def read(self, data: dict) -> str:
+        value = data.get(self.name)
+        if not isinstance(value, str):
+            src, tgt = self.pair
+            raise ApiError(
+                400, f"missing field {self.name}: a language code (this model: {src}→{tgt})"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a few words; the first is the default."""
+
+    name: str
+    enum: tuple[str, ...]
+
+    def schema(self) -> dict:
+        return {"type": "string", "enum": list(self.enum), "default": self.enum[0]}
+
+    def read(self, data: dict) -> str:
+        value = data.get(self.name, self.enum[0])
+        if value not in self.enum:
+            raise ApiError(
+                400, f"{self.name} {str(value)[:20]!r} is not supported; use {self.enum[0]!r}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Text:
+    """Any text (LibreTranslate's api_key: accepted and ignored)."""
+
+    name: str
+    description: str
+
+    def schema(self) -> dict:
+        return {"type": "string", "description": self.description}
+
+    def read(self, data: dict) -> str:
+        value = data.get(self.name, "")
+        if not isinstance(value, str):
+            raise ApiError(400, f"{self.name} must be a string, got {shown(value)}")
+        return value
+
+
+@dataclass(frozen=True)
+class Integer:
+    """A whole number from `minimum` to `maximum`, a limit of the server named by `flag`.
+
+    read() checks the type and the minimum; check_limit() the maximum, when the request is
+    planned (after every reading of it passed read(), so a request with several faults is
+    told the same one first as it always was). null is taken as absent."""
+
+    name: str
+    minimum: int
+    maximum: int
+    flag: str  # how the message names the limit: "--max-num-beams"
+    default: int | None = None
+    description: str | None = None
+
+    def schema(self) -> dict:
+        schema = {"type": "integer", "minimum": self.minimum, "maximum": self.maximum}
+        if self.default is not None:
+            schema["default"] = self.default
+        return schema | ({"description": self.description} if self.description else {})
+
+    def from_text(self, value: str) -> int | str:
+        """The number a text spells; other text stays as it is, for read() to name."""
+        return int(value) if re.fullmatch(r"\s*[+-]?\d{1,9}\s*", value) else value
+
+    def read(self, data: dict) -> int | None:
+        value = data.get(self.name)
+        if value is None:
+            return self.default
+        if isinstance(value, float) and value.is_integer():  # JSON Schema's integers include 3.0
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ApiError(400, f"{self.name} must be an integer, got {shown(value)}")
+        if value < self.minimum:
+            raise ApiError(400, f"{self.name} must be at least {self.minimum}, got {value}")
+        return value
+
+    def check_limit(self, value: int | None) -> None:
+        if value is not None and value > self.maximum:
+            raise ApiError(
+                400, f"{self.name}={shown(value)} is over the limit of {self.maximum} ({self.flag})"
+            )
+
+
+@dataclass(frozen=True)
+class Boolean:
+    """true or false (in a form or query string: true/1/yes/on, false/0/no/off or empty)."""
+
+    name: str
+    description: str | None = None
+
+    def schema(self) -> dict:
+        schema = {"type": "boolean", "default": False}
+        return schema | ({"description": self.description} if self.description else {})
+
+    def from_text(self, value: str) -> bool | str:
+        word = value.strip().lower()
+        return word in _TRUE if word in _TRUE | _FALSE else value
+
+    def read(self, data: dict) -> bool:
+        value = data.get(self.name, False)
+        if not isinstance(value, bool):
+            raise ApiError(400, f"{self.name} must be true or false, got {shown(value)}")
+        return value
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite number above `low` (or from it, with low_open=False) and at most `high`."""
+
+    name: str
+    low: float
+    high: float
+    low_open: bool = True
+    description: str | None = None
+
+    def schema(self) -> dict:
+        low = {"exclusiveMinimum" if self.low_open else "minimum": self.low}
+        schema = {"type": "number", **low, "maximum": self.high}
+        return schema | ({"description": self.description} if self.description else {})
+
+    def from_text(self, value: str) -> float | str:
+        try:
+            return float(value)
+        except ValueError:
+            return value
+
+    def read(self, data: dict) -> float | None:
+        if self.name not in data:
+            return None
+        value = data[self.name]
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ApiError(400, f"{self.name} must be a number, got {shown(value)}")
+        above = value > self.low if self.low_open else value >= self.low
+        if not (math.isfinite(value) and above and value <= self.high):
+            span = "above" if self.low_open else "from"
+            raise ApiError(
+                400, f"{self.name} must be {span} {self.low} and at most {self.high}, got {value}"
+            )
+        return float(value)
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """Target text every output of the request must start with, at most `max_chars` long
+    (an empty string: none)."""
+
+    name: str
+    max_chars: int
+
+    def schema(self) -> dict:
+        return {"type": "string", "maxLength": self.max_chars}
+
+    def read(self, data: dict) -> str | None:
+        value = data.get(self.name, "")
+        if not isinstance(value, str):
+            raise ApiError(400, f"{self.name} must be a string, got {shown(value)}")
+        if not value.isascii() and _SURROGATE.search(value):
+            raise ApiError(400, f"{self.name} holds an unpaired surrogate: not valid Unicode")
+        if len(value) > self.max_chars:
+            raise ApiError(
+                400,
+                f"{self.name} has {len(value)} characters; the limit is {self.max_chars} "
+                "(--max-chars)",
+            )
+        return value or None

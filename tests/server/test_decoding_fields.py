@@ -1,0 +1,77 @@
+"""/translate's sampling and prefix fields (issue 15): answers as the Translator gives them, and
+each bad value a 400 that names the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from heedful.visualize.trace import Trace
+
+from .helpers import GOOD, OFFSET, client, error, ok
+
+
+@pytest.fixture(scope="module")
+def app(model_dir):
+    with client(model_dir) as test_client:
+        yield test_client
+
+
+def post(app, **body):
+    return app.post("/translate", json={**GOOD, **body})
+
+
+def test_seeded_samples_are_the_translators_and_repeat(app, translator):
+    settings = {"temperature": 2.0, "top_k": 5, "seed": 11}
+    body = ok(post(app, q="hello there", sample=True, alternatives=2, **settings))
+    [expected] = translator.translate(["hello there"], n_best=3, sample=True, **settings)
+    assert body["translatedText"] == expected.text
+    assert body["alternatives"] == [a.text for a in expected.alternatives]
+    assert ok(post(app, q="hello there", sample=True, alternatives=2, **settings)) == body
+
+
+def test_sampling_settings_without_sample_change_nothing(app):
+    assert ok(post(app, temperature=3.0, top_p=0.5)) == ok(post(app))
+
+
+def test_a_prefix_starts_every_output(app, translator):
+    body = ok(post(app, q=["abc", "hello"], prefix="zz", alternatives=1))
+    assert all(text.startswith("zz") for text in body["translatedText"])
+    assert all(a.startswith("zz") for alts in body["alternatives"] for a in alts)
+    expected = translator.translate(["abc", "hello"], num_beams=2, n_best=2, prefixes=["zz"] * 2)
+    assert body["translatedText"] == [t.text for t in expected]
+
+
+def test_the_attention_of_a_sampled_prefixed_output(app):
+    body = ok(post(app, q="abc", prefix="q", sample=True, seed=1, return_attention=True))
+    trace = Trace.from_dict(body["attention"])
+    assert trace.search["prefix"] == "q" and trace.search["sample"] == {"seed": 1}
+    assert trace.hypotheses[0].text.startswith("q") and trace.hypotheses[0].sampled
+
+
+# Bad input: each a 400 whose message names the field
+BAD = [
+    ({"sample": True, "temperature": 0}, "temperature must be above 0"),
+    ({"sample": True, "temperature": -1.5}, "temperature must be above 0"),
+    ({"sample": True, "temperature": "hot"}, "temperature must be a number"),
+    ({"sample": True, "top_p": 0}, "top_p must be above 0"),
+    ({"sample": True, "top_p": 1.5}, "top_p must be above 0.0 and at most 1.0"),
+    ({"sample": True, "top_k": 0}, "top_k must be at least 1"),
+    ({"top_k": 10**9}, "top_k=1000000000 is over the limit of 999999999"),
+    ({"sample": True, "seed": -1}, "seed must be at least 0"),
+    ({"sample": "yes"}, "sample must be true or false"),
+    ({"prefix": 5}, "prefix must be a string"),
+    ({"q": "ab", "prefix": "abcdefg"}, "prefix is 7 tokens long, more than the output may be (6"),
+    ({"q": ["abcdef", "ab"], "prefix": "abcdefg"}, "more than the output of q[1] may be (6"),
+    ({"prefix": "x" * 51}, "prefix has 51 characters; the limit is 50"),
+]
+
+
+@pytest.mark.parametrize(("fields", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_decoding_fields_are_named_400s(app, fields, message):
+    error(post(app, **fields), 400, message)
+
+
+def test_the_output_limit_counts_the_prefix(app):
+    """A prefix as long as the limit (1.0 · 2 + OFFSET) fits: the output is the prefix."""
+    body = ok(post(app, q="ab", prefix="z" * (2 + OFFSET)))
+    assert body["translatedText"] == "z" * (2 + OFFSET)

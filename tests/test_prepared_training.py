@@ -1,0 +1,201 @@
+"""Training from a prepared directory: the same run as in memory, resumable bit for bit, split
+across processes and "nodes" (torchrun over localhost), restarted after a node is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_experiment import corpus, heedful, run_ok, weights, write_config
+
+from heedful.data.batching import InMemoryPairs, epoch_plan
+from heedful.data.stream import BatchStream, _rows
+
+
+def prepared_config(tmp_path: Path, steps: int, name: str = "p.yaml", extra: str = "") -> Path:
+    data = corpus(tmp_path) if not (tmp_path / "data").exists() else tmp_path / "data"
+    plain = write_config(tmp_path, data, steps=steps, name="plain-" + name)
+    text = plain.read_text().replace(
+        "  valid_max_sentences: 16\n", f"  valid_max_sentences: 16\n  prepared: {tmp_path}/prep\n"
+    )
+    path = tmp_path / name
+    path.write_text(text + extra)
+    return path
+
+
+def train(config: Path, run_dir: Path, *args: str) -> str:
+    return run_ok("train", str(config), "--run-dir", str(run_dir), "--no-progress", *args)
+
+
+def test_training_from_a_prepared_directory_equals_training_in_memory(tmp_path):
+    config = prepared_config(tmp_path, steps=8)
+    train(tmp_path / "plain-p.yaml", tmp_path / "memory")
+    out = train(config, tmp_path / "prepared")
+    assert "prepared data:" in out
+    a, b = weights(tmp_path / "memory"), weights(tmp_path / "prepared")
+    assert all(a[name].equal(b[name]) for name in a)
+
+
+def test_resume_from_a_prepared_directory_after_sigkill_is_bitwise(tmp_path):
+    config = prepared_config(tmp_path, steps=24)
+    run_ok("prepare", str(config), "--no-progress")
+    train(config, tmp_path / "straight")
+    proc = heedful("train", str(config), "--run-dir", str(tmp_path / "resumed"), "--no-progress")
+    deadline = time.time() + 120
+    while not (tmp_path / "resumed" / "checkpoints" / "step-00000008").exists():
+        assert proc.poll() is None and time.time() < deadline, "training ended before the kill"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert "resuming from" in train(config, tmp_path / "resumed")
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
+    assert all(a[name].equal(b[name]) for name in a)
+
+
+def pairs(n: int = 97) -> InMemoryPairs:
+    rng = np.random.default_rng(0)
+    src = [list(range(4, 4 + k)) for k in rng.integers(1, 30, n)]
+    return InMemoryPairs(src, [s[::-1] + [5] for s in src])
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 7])
+def test_every_pair_is_read_once_per_epoch_across_the_ranks(world_size):
+    data = pairs()
+    for epoch in (0, 1):
+        plan = epoch_plan(data, 120, seed=4, epoch=epoch)
+        seen = []
+        for k in range(len(plan)):
+            parts = [_rows(plan, k, rank, world_size) for rank in range(world_size)]
+            seen += [i for rows, weight in parts if weight for i in rows.tolist()]
+            assert sorted(i for rows, w in parts if w for i in rows) == sorted(plan.batch(k))
+        assert sorted(seen) == list(range(len(data)))
+    assert epoch_plan(data, 120, 4, 0).order.tolist() != epoch_plan(data, 120, 4, 1).order.tolist()
+
+
+def test_dataloader_workers_give_the_same_batches():
+    data = pairs()
+    inline = BatchStream(data, 120, seed=2, epoch=0, batch=3)
+    loaded = BatchStream(data, 120, seed=2, epoch=0, batch=3, workers=2)
+    for _ in range(2 * len(inline)):  # across an epoch boundary
+        a, b = inline.next(), loaded.next()
+        assert all(torch.equal(x, y) for x, y in zip(a.batch, b.batch))
+        assert (a.weight, a.global_tokens) == (b.weight, b.global_tokens)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*args: str, log: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "torch.distributed.run", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(  # a session of its own: ended with its workers (stop_all)
+        command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def stop_all(nodes: list[subprocess.Popen]) -> None:
+    """Kill what is left of each node, its training process too (the test failed or is done)."""
+    for node in nodes:
+        try:
+            os.killpg(node.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        node.wait()
+
+
+def two_nodes(config: Path, run_dir: Path, launch: list[str], tmp_path: Path):
+    """One torchrun per "node", one process each, meeting on 127.0.0.1."""
+    train = ["-m", "heedful", "train", str(config), "--run-dir", str(run_dir), "--no-progress"]
+    return [
+        torchrun("--nnodes=2", "--nproc-per-node=1", *launch(rank), *train,
+                 log=tmp_path / f"node{rank}.log")
+        for rank in (0, 1)
+    ]  # fmt: skip
+
+
+def test_two_nodes_over_localhost_train_like_one_process(tmp_path):
+    config = prepared_config(tmp_path, steps=8, extra="  rank_logs: true\n")
+    one = train(config, tmp_path / "one")
+    port = free_port()
+    static = lambda rank: [  # noqa: E731
+        f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}"]  # fmt: skip
+    nodes = two_nodes(config, tmp_path / "two", static, tmp_path)
+    try:
+        codes = [node.wait(timeout=300) for node in nodes]
+    finally:
+        stop_all(nodes)
+    logs = [(tmp_path / f"node{rank}.log").read_text() for rank in (0, 1)]
+    assert codes == [0, 0], "".join(logs)
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for name in a:
+        assert (a[name] - b[name]).abs().max() < 1e-5, name
+    # one voice: rank 1 prints nothing of its own and logs to its file, as asked
+    said = logs
+    assert said[0].count("model: transformer") == 1 and "best checkpoint" in said[0]
+    assert "model:" not in said[1] and "best checkpoint" not in said[1]
+    assert "best checkpoint" in (tmp_path / "two" / "rank-1.log").read_text()
+    best = (tmp_path / "two" / "best").resolve().name
+    assert best == (tmp_path / "one" / "best").resolve().name and best in said[0] and best in one
+
+
+def test_a_killed_node_is_restarted_and_resumes_from_the_last_checkpoint(tmp_path):
+    """torchrun --max-restarts: node 1's training process is killed; both nodes start again
+    (a new rendezvous round) and resume from `latest`. --monitor-interval=2 lets each agent see
+    its own process fail (its peer died) before it sees the other node waiting, so both count
+    the restart alike: with different counts their processes look each other up under
+    different store prefixes and never meet (torch 2.x)."""
+    config = prepared_config(tmp_path, steps=60)
+    run_ok("prepare", str(config), "--no-progress")
+    train(config, tmp_path / "one")
+    port = free_port()
+    elastic = ["--max-restarts=3", "--monitor-interval=2", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=heedful-test"]  # fmt: skip
+    train_args = ["-m", "heedful", "train", str(config), "--run-dir", str(tmp_path / "two"),
+                  "--no-progress"]  # fmt: skip
+    node = lambda rank: torchrun("--nnodes=2", "--nproc-per-node=1", *elastic, *train_args,  # noqa: E731
+                                 log=tmp_path / f"node{rank}.log")  # fmt: skip
+    nodes = [node(0)]
+    try:
+        wait_for_port(port)  # node 0 holds the rendezvous store, as the first machine would
+        nodes.append(node(1))
+        deadline = time.time() + 200
+        while not (tmp_path / "two" / "checkpoints" / "step-00000008").exists():
+            assert all(n.poll() is None for n in nodes) and time.time() < deadline
+            time.sleep(0.01)
+        [worker] = [  # node 1's training process (a child of its torchrun agent)
+            int(pid) for pid in subprocess.run(
+                ["pgrep", "-P", str(nodes[1].pid)], capture_output=True, text=True
+            ).stdout.split()
+        ]  # fmt: skip
+        os.kill(worker, signal.SIGKILL)
+        codes = [n.wait(timeout=240) for n in nodes]
+    finally:
+        stop_all(nodes)
+    logs = lambda: "".join((tmp_path / f"node{r}.log").read_text() for r in (0, 1))  # noqa: E731
+    assert codes == [0, 0], logs()
+    assert "resuming from" in logs()
+    assert (tmp_path / "two" / "latest").resolve().name == "step-00000060"
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for name in a:
+        assert (a[name] - b[name]).abs().max() < 1e-4, name
+
+
+def wait_for_port(port: int, seconds: float = 60) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
