@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from rouge_score import rouge_scorer
 
 from heedful.evaluation import rouge_scores
 
@@ -27,11 +28,6 @@ def test_a_known_pair_by_hand():
 
 @pytest.mark.parametrize("stem", [True, False])
 def test_scores_equal_the_packages_own(stem):
-    # imported here, not at collection: rouge-score imports absl, whose logging handler would
-    # hold (and, when uvicorn's dictConfig in an in-process `heedful serve` test shuts every
-    # handler down, close) the stream pytest captures into
-    from rouge_score import rouge_scorer
-
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=stem)
     ours = rouge_scores(HYPS, REFS, use_stemmer=stem)
     for name in ("rouge1", "rouge2", "rougeL"):

@@ -156,6 +156,7 @@ def _model_and_tokenizers(config: Config, latest: Path | None, given, train_pair
 
 
 def _same_tokenizer(a, b) -> bool:
+    """The same pieces, and for SentencePiece the same model bytes."""
     pieces = [a.id_to_token(i) for i in range(len(a))] == [b.id_to_token(i) for i in range(len(b))]
     return pieces and getattr(a, "model_proto", None) == getattr(b, "model_proto", None)
 

@@ -146,8 +146,7 @@ def test_the_reader_takes_only_the_pairs_asked_for(tmp_path):
         assert all(a.equal(b) for a, b in zip(split.batch(rows), expected))
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_pickled_split_reopens_its_files(tmp_path, workers):
+def test_a_pickled_split_reopens_its_files(tmp_path):
     import pickle
 
     quiet(corpus(tmp_path / "c"), tmp_path / "p")

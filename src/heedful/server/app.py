@@ -323,6 +323,31 @@ def _add_docs_routes(app) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _uvicorn_logging() -> None:
+    """uvicorn's log lines, in its own format, set up without logging.config.dictConfig:
+    uvicorn's default config goes through it, and dictConfig shuts down every handler in the
+    process, other libraries' and a notebook's too (absl's handler then closes its stream).
+    Calling this again replaces the handlers it added, as the stream may have changed."""
+    import sys
+
+    from uvicorn.logging import AccessFormatter, DefaultFormatter
+
+    access = '%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s'
+    for name, formatter, stream in (
+        ("uvicorn", DefaultFormatter("%(levelprefix)s %(message)s"), sys.stderr),
+        ("uvicorn.access", AccessFormatter(access), sys.stdout),
+    ):
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if getattr(h, "heedful", False)]:
+            logger.removeHandler(old)
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(formatter)
+        handler.heedful = True
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def serve(
     model_dir: str | Path,
     host: str = "127.0.0.1",
@@ -346,9 +371,11 @@ def serve(
         server[0].should_exit = True
 
     app = create_app(model_dir, limits, on_load_error, engine, quantize)
+    _uvicorn_logging()
     config = uvicorn_config(
-        app, limits, host=host, port=port, log_level=log_level, access_log=access_log
-    )
+        app, limits, host=host, port=port, log_level=log_level, access_log=access_log,
+        log_config=None,
+    )  # fmt: skip
     server.append(uvicorn.Server(config))
     server[0].run()
     if failed.is_set():
