@@ -2,11 +2,15 @@
 
     python docs/screenshots.py                       # trains the two demo models first (minutes)
     python docs/screenshots.py --transformer DIR --rnn DIR   # or takes model directories
+    python docs/screenshots.py --images-only [--captions DIR]  # only the image model's pictures
 
-The Transformer is the dates demo's, the RNN (Bahdanau attention) the dialogue demo's, so the
-pictures show what a reader of the tour gets. Each view is opened the way a reader opens it (a
-tab, a clicked cell, the step buttons) in headless Chromium, and the viewer's element is
-captured to docs/img/viewer-*.png. Needs chromium and chromedriver (README, "Two commands").
+The Transformer is the dates demo's, the RNN (Bahdanau attention) the dialogue demo's, the
+image model the captions demo's default (a CNN with a self-attention layer over its cells,
+under a Transformer decoder; the demo's own training budget), so the pictures show what a
+reader of the tour gets. Each view is opened the way a
+reader opens it (a tab, a clicked cell, the step buttons) in headless Chromium, and the viewer's
+element is captured to docs/img/viewer-*.png. Needs chromium and chromedriver (README, "Two
+commands").
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ DATES = "21 de marzo de 1948"
 DIALOGUE = "Hi, How are you?"
 
 
-def demo_model(task: str, model: str, out: Path) -> Path:
+def demo_model(task: str, model: str, out: Path, *options: str) -> Path:
     """A model directory from `heedful demo` (its own training budget and stopping rule)."""
     command = [sys.executable, "-m", "heedful", "demo", "--task", task, "--model", model]
-    subprocess.run([*command, "--out", str(out), "--no-progress"], check=True)
+    subprocess.run([*command, "--out", str(out), "--no-progress", *options], check=True)
     return next(out.glob("model-*"))
 
 
@@ -81,17 +85,51 @@ def shots(driver, transformer: Path, rnn: Path) -> None:
     capture(driver, render_html(r), "rnn-steps", "panel-anim", script)
 
 
+def image_shots(driver, model: Path, tmp: Path) -> None:
+    """The Show, Attend and Tell figure of a held-out scene, by the command the README shows
+    (docs/img/captions-overlay.png), and the viewer's picture in its replay: a word's regions,
+    and a patch's attention rollout (docs/img/viewer-image*.png)."""
+    from PIL import Image
+
+    from heedful.captioner import Captioner
+    from heedful.data.scenes import SceneSet
+    from heedful.visualize.html import render_html
+    from heedful.visualize.trace_image import build_image_trace
+
+    scenes = SceneSet(50, seed=1, split=1)  # the demo's held-out stream
+    j = next(j for j, s in enumerate(scenes.scenes) if len(s.shapes) == 2)
+    scene = tmp / "scene.png"
+    Image.fromarray(scenes.pixels(j)).save(scene)
+    overlay = IMG / "captions-overlay.png"
+    command = [sys.executable, "-m", "heedful", "attention", str(model), str(scene)]
+    subprocess.run([*command, "--png", str(overlay)], check=True)
+    page = render_html(build_image_trace(Captioner.load(model), scene))
+    capture(driver, page, "image", "replay-image", "viewer.setStep(2);")
+    choose = f"{part('image-mode')}.value = 'rollout'; {part('image-mode')}.dispatchEvent("
+    choose += "new Event('change'));\n"
+    click = "viewer.root.querySelectorAll('[data-part=image-cells] .region')[21].click();"
+    capture(driver, page, "image-rollout", "replay-image", choose + click)
+
+
 def main() -> None:
+    from heedful.demo_captions import DEFAULT_MODEL
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transformer", type=Path, help="a dates Transformer model directory")
     parser.add_argument("--rnn", type=Path, help="a dialogue RNN model directory")
+    parser.add_argument("--captions", type=Path, help="a captions (image) model directory")
+    parser.add_argument("--images-only", action="store_true", help="only the image pictures")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="heedful-shots-") as tmp:
-        transformer = args.transformer or demo_model("dates", "transformer", Path(tmp) / "d")
-        rnn = args.rnn or demo_model("dialogue", "rnn-bahdanau", Path(tmp) / "c")
+        if not args.images_only:
+            transformer = args.transformer or demo_model("dates", "transformer", Path(tmp) / "d")
+            rnn = args.rnn or demo_model("dialogue", "rnn-bahdanau", Path(tmp) / "c")
+        captions = args.captions or demo_model("captions", DEFAULT_MODEL, Path(tmp) / "i")
         driver = browser()
         try:
-            shots(driver, transformer, rnn)
+            if not args.images_only:
+                shots(driver, transformer, rnn)
+            image_shots(driver, captions, Path(tmp))
         finally:
             driver.quit()
 

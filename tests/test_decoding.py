@@ -206,7 +206,8 @@ def test_beam_search_matches_a_textbook_reference(name, alpha):
 @pytest.mark.parametrize("name", ["transformer", "rnn-bahdanau"])
 def test_finished_sentences_leave_the_batch(name):
     model, src = RowCounter(beam_model(name)), short_sources()
-    beam_search(model, src, BOS, EOS, beam_size=4, max_len_ratio=0.0, max_len_offset=8)
+    # n_best=4: each sentence waits for 4 finished hypotheses, so they stop at different steps
+    beam_search(model, src, BOS, EOS, beam_size=4, n_best=4, max_len_ratio=0.0, max_len_offset=8)
     assert model.rows[0] == 6 * 4 and all(r % 4 == 0 for r in model.rows)
     assert model.rows == sorted(model.rows, reverse=True) and model.rows[-1] < model.rows[0]
 

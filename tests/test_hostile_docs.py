@@ -5,14 +5,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import test_captions as captions
 import test_hostile_decoding as decoding
 import test_hostile_jsonl as jsonl
+import test_hostile_languages as languages
 import test_hostile_model_dirs as model_dirs
 import test_hostile_training as training
+from data import test_hostile_images as images
 from data import test_hostile_prepared as prepared
 from hf import test_hostile as hf_dirs
+from models import test_vision as vision
+from server import test_caption_upload as caption_upload
 from server import test_decoding_fields as decoding_fields
 from server import test_hostile as server
+from visualize import test_hostile_image_traces as image_traces
 from visualize import test_hostile_traces as traces
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "hostile-inputs.md"
@@ -42,6 +48,13 @@ def test_the_documented_counts_are_the_tables():
         "`tests/server/test_decoding_fields.py` (`BAD`": len(decoding_fields.BAD),
         "`tests/test_hostile_jsonl.py` (`CASES`": 2 * len(jsonl.CASES),  # reader and CLI
         "`tests/data/test_hostile_prepared.py` (`CASES`": len(prepared.CASES),
+        "`tests/data/test_hostile_images.py` (`CASES`": len(images.CASES),
+        "`tests/test_hostile_languages.py` (`CASES`": len(languages.CASES),
+        "`tests/test_captions.py` (`HOSTILE`": len(captions.HOSTILE),
+        "`tests/models/test_vision.py` (`BAD_CONFIGS`": len(vision.BAD_CONFIGS),
+        "`tests/visualize/test_hostile_image_traces.py` (`CASES`": len(image_traces.CASES),
+        "`tests/server/test_caption_upload.py` (`HOSTILE`": len(caption_upload.HOSTILE)
+        + len(caption_upload.GOOD),
     }
     for start, n in expected.items():
         [row] = [name for name in counts if name.startswith(start)]

@@ -91,6 +91,7 @@ FORBIDDEN = [
     ("heedful.models", ("heedful.data", "heedful.training", "heedful.experiment")),
     ("heedful.data", ("heedful.models", "heedful.training", "heedful.decoding")),
     ("heedful.decoding", ("heedful.training", "heedful.translator", "heedful.visualize")),
+    ("heedful.captioner", ("heedful.training", "heedful.experiment", "heedful.visualize")),
     ("heedful.server", ("heedful.training", "heedful.experiment", "heedful.cli")),
     ("heedful.visualize", ("heedful.training", "heedful.server", "heedful.cli")),
     ("heedful", ("heedful.cli",)),  # nothing imports the CLI

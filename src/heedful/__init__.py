@@ -17,7 +17,12 @@ def load(model_dir, device="cpu", quantize=None):
     T5 in the save_pretrained layout; needs pip install 'heedful[hf]', see heedful.hf).
 
     quantize="int8" runs its Linear layers in int8 on the CPU (Translator.load says how).
+    An image captioning model's directory gives a Captioner (heedful.captioner), whose
+    `.caption(["photo.png", pixels, ...])` returns Captions with their attention over the image.
     """
+    from heedful.captioner import Captioner, is_image_model
     from heedful.translator import Translator
 
+    if is_image_model(model_dir) and quantize is None:  # an image captioning model (issue 12)
+        return Captioner.load(model_dir, device)  # .caption([image.png, ...])
     return Translator.load(model_dir, device, quantize)

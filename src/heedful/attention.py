@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from heedful.stacked import stacked_weights
+
 # ---------------------------------------------------------------------------------------------
 # Masks: built here and nowhere else.
 # ---------------------------------------------------------------------------------------------
@@ -139,7 +141,18 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """K W_K and V W_V split into heads, (B, H, Lk, D/H) each. Decoders cache these."""
+        if keys is values and (fused := stacked_weights(self, ("w_k", "w_v"))) is not None:
+            k, v = F.linear(keys, *fused).chunk(2, dim=-1)  # one product: (B, Lk, 2D)
+            return self.split_heads(k), self.split_heads(v)
         return self.split_heads(self.w_k(keys)), self.split_heads(self.w_v(values))
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Self-attention's Q, K, V of x (B, L, D) split into heads, (B, H, L, D/H) each."""
+        if (fused := stacked_weights(self, ("w_q", "w_k", "w_v"))) is not None:
+            q, k, v = F.linear(x, *fused).chunk(3, dim=-1)  # one product: (B, L, 3D)
+            return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        k, v = self.project_kv(x, x)  # unstacked (int8, hooks): K, V first, as in forward()
+        return self.split_heads(self.w_q(x)), k, v
 
     def forward(
         self,
@@ -165,8 +178,19 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of `query` over already projected heads k, v (B, H, Lk, D/H)."""
-        b, lq, _ = query.shape
         q = self.split_heads(self.w_q(query))  # (B, H, Lq, D/H)
+        return self.attend_heads(q, k, v, mask, need_weights)
+
+    def attend_heads(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of projected heads q (B, H, Lq, D/H) over k, v (B, H, Lk, D/H), then W_O."""
+        b, _, lq, _ = q.shape
         if mask is not None:
             check_mask(mask, torch.Size((b, lq, k.size(-2))))
             mask = mask.unsqueeze(-3) if mask.dim() == 3 else mask  # add the head axis

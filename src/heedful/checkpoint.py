@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from heedful.config import ConfigError, GenerationConfig, ModelConfig, from_dict
+from heedful.data.languages import check_symbols, model_pairs
 from heedful.data.tokenizers import SPECIALS
 from heedful.io import (
     CheckpointError,
@@ -54,8 +55,10 @@ def write_model_files(
     tgt_tokenizer,
     generation: GenerationConfig,
     languages: tuple[str, str],
+    pairs: tuple[tuple[str, str], ...] | None = None,
 ) -> None:
-    """Write the model directory's files into an existing (staging) directory."""
+    """Write the model directory's files into an existing (staging) directory; `pairs`, those
+    of a multilingual model (data.corpora), which reads a target token first."""
     from safetensors.torch import save_model
 
     directory = Path(directory)
@@ -77,6 +80,7 @@ def write_model_files(
             "tgt_vocab_size": len(tgt_tokenizer),
             "src_lang": languages[0],
             "tgt_lang": languages[1],
+            **({"pairs": [list(pair) for pair in pairs]} if pairs else {}),
         },
     )
     atomic_write_json(directory / "generation.json", asdict(generation))
@@ -90,11 +94,12 @@ def save_model_dir(
     tgt_tokenizer,
     generation: GenerationConfig = GenerationConfig(),
     languages: tuple[str, str] = ("src", "tgt"),
+    pairs: tuple[tuple[str, str], ...] | None = None,
 ) -> Path:
     """Write a complete model directory atomically (staged, then renamed into place)."""
     with staged(directory) as build:
         write_model_files(
-            build, model, model_config, src_tokenizer, tgt_tokenizer, generation, languages
+            build, model, model_config, src_tokenizer, tgt_tokenizer, generation, languages, pairs
         )
     return Path(directory)
 
@@ -108,6 +113,8 @@ class LoadedModel:
     generation: GenerationConfig
     src_lang: str
     tgt_lang: str
+    pairs: tuple[tuple[str, str], ...] = ()  # data/languages.py: every pair it translates
+    target_tokens: bool = False  # multilingual: reads <2de> first (Johnson et al. 2017)
 
 
 def read_model_config(directory: Path) -> tuple[dict, ModelConfig]:
@@ -146,12 +153,17 @@ def read_model_config(directory: Path) -> tuple[dict, ModelConfig]:
         raise CheckpointError(f"{path}: {error}") from None
     for field in fields(config):
         if type(getattr(config, field.name)) is int:
-            _check_size(path, f"model.{field.name}", getattr(config, field.name), 1)
+            least = 0 if field.name == "cnn_layers" else 1  # a CNN may have no encoder layers
+            _check_size(path, f"model.{field.name}", getattr(config, field.name), least)
     for name in ("src_vocab_size", "tgt_vocab_size"):
         _check_size(path, name, meta.get(name), len(SPECIALS))
     for name in ("src_lang", "tgt_lang"):
         if not isinstance(meta.get(name, ""), str):
             raise CheckpointError(f"{path}: field {name} must be a string, got {meta[name]!r}")
+    try:
+        model_pairs(meta, path)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
     return meta, config
 
 
@@ -317,6 +329,11 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
             f"{directory}: model.copy needs one vocabulary, but tokenizer.src and tokenizer.tgt "
             "differ"
         )
+    pairs, tokens = model_pairs(meta, directory / "config.json")
+    try:  # a multilingual model reads each target token as one symbol of tokenizer.src
+        check_symbols(src_tokenizer, pairs if tokens else (), directory / "tokenizer.src")
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
     generation = read_generation(directory)
     model = build_model(model_config, *sizes)
     load_weights(model, directory / "model.safetensors")
@@ -328,6 +345,8 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
         generation,
         meta.get("src_lang", "src"),
         meta.get("tgt_lang", "tgt"),
+        pairs,
+        tokens,
     )
 
 
@@ -377,4 +396,5 @@ def average_checkpoints(directories: list[str | Path], output: str | Path) -> Pa
         first.tgt_tokenizer,
         first.generation,
         (first.src_lang, first.tgt_lang),
+        first.pairs if first.target_tokens else None,
     )

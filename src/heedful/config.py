@@ -14,7 +14,9 @@ from typing import Any
 
 import yaml
 
+from heedful.configcorpora import CorpusConfig, check_corpora
 from heedful.configfile import ConfigError, apply_overrides, from_dict, parse_yaml
+from heedful.configvision import check_encoder, check_given_image, unused_image_keys
 
 
 def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
@@ -76,6 +78,17 @@ class ModelConfig:
     # positions holding each token (copying), weighted by a learned p_gen; needs attention and
     # one vocabulary for both sides (data.joint_vocab)
     copy: bool = False
+    # Images (configvision.py): text reads ids; cnn | vit | torchvision:<name> read size × size
+    # pictures into a grid of regions the decoder attends over (models/vision.py)
+    encoder: str = "text"
+    image_size: int = 224
+    patch_size: int = 16  # vit: P × P pixels per patch
+    cnn_channels: int = 32  # cnn: the first block's channels, doubled by each block after it
+    cnn_blocks: int = 3  # cnn: conv blocks, each halving the image
+    cnn_coords: bool = False  # cnn: x, y coordinate channels beside the pixels (CoordConv)
+    cnn_layers: int = 0  # cnn: Transformer encoder layers over the grid's cells
+    encoder_weights: str | None = None  # torchvision: a local weights file (else random init)
+    attention_penalty: float = 0.0  # λ of Show, Attend and Tell's doubly stochastic regulariser
 
     def __post_init__(self) -> None:
         _choice("model.arch", self.arch, ARCHS)
@@ -83,6 +96,7 @@ class ModelConfig:
         _choice("model.positional", self.positional, ("sinusoidal", "learned"))
         _choice("model.rnn_cell", self.rnn_cell, ("gru", "lstm"))
         _choice("model.attention", self.attention, RNN_ATTENTIONS)
+        check_encoder(self)
         sizes = ("d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
                  "max_positions", "hidden_size", "rnn_layers", "local_window")  # fmt: skip
         for name in sizes:
@@ -116,6 +130,7 @@ class ModelConfig:
                         f"{prefix}{key}: only arch {arch} uses it, this model is "
                         f"{prefix}arch {self.arch}; remove the key"
                     )
+        check_given_image(self, given, defaults, prefix)
         if "local_window" in given and "local" not in self.attention and self.local_window != 10:
             raise ConfigError(f"{prefix}local_window: only luong-local-m / -p attention uses it")
 
@@ -124,6 +139,7 @@ class ModelConfig:
         unused = {k for arch, keys in FAMILY_KEYS.items() if arch != self.arch for k in keys}
         if "local" not in self.attention:  # only local attention has a window
             unused.add("local_window")
+        unused |= unused_image_keys(self)  # all of them for text: its directories stay the same
         if not self.copy:  # model directories written before it stay byte for byte the same
             unused.add("copy")
         return {k: v for k, v in to_dict(self).items() if k not in unused}
@@ -151,7 +167,8 @@ class DataConfig:
     sp_model_type: str = "unigram"  # unigram | bpe
     joint_vocab: bool = True  # one vocabulary for both languages
     max_length: int = 100  # pairs longer than this (in tokens) on either side are dropped
-    valid_max_sentences: int | None = None  # score only the first N validation pairs
+    valid_max_sentences: int | None = None  # score only the first N validation pairs (of each
+    # of data.corpora)
     # Reuse trained tokenizers (files as a model directory holds them: tokenizer.src and
     # tokenizer.tgt) instead of training new ones, e.g. to compare models on one vocabulary.
     # Both or neither; the tokenizer, vocab_size, sp_model_type and joint_vocab keys are then
@@ -166,12 +183,36 @@ class DataConfig:
     # missing or the files above changed). None: read and tokenize the corpus in memory.
     prepared: str | None = None
     shard_tokens: int = 50_000_000  # at most this many token ids (both sides) per shard
+    # One model, several directions (Johnson et al. 2017): a list of corpora, each a mapping
+    # of its language pair (source, target) and its files (train_src/_tgt/_tsv/_jsonl,
+    # valid_...), in place of the train_/valid_ keys and src_lang/tgt_lang above. Each source
+    # is read after its pair's target token (<2de>), one symbol of the source vocabulary.
+    corpora: tuple[CorpusConfig, ...] = ()
+    # Image captioning (model.encoder other than text): a folder of images and the captions
+    # files that name them, flickr (image<TAB>caption lines, results.csv) or coco (JSON)
+    images: str | None = None
+    captions: str | None = None  # training captions
+    valid_captions: str | None = None
+    captions_format: str = "flickr"
+
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """The language pairs trained on: one per corpus, or (src_lang, tgt_lang)."""
+        if self.corpora:
+            return tuple((c.source, c.target) for c in self.corpora)
+        return ((self.src_lang, self.tgt_lang),)
+
+    def check_given(self, given: set[str], prefix: str = "data.") -> None:
+        if "corpora" in given and not self.corpora:  # the default, but written on purpose
+            raise ConfigError(f"{prefix}corpora: an empty list; give at least one corpus, or "
+                              "leave the key out for one pair")  # fmt: skip
 
     def __post_init__(self) -> None:
+        check_corpora(self)
         _choice("data.tokenizer", self.tokenizer, ("sentencepiece", "char"))
         if (self.src_tokenizer is None) != (self.tgt_tokenizer is None):
             raise ConfigError("data.src_tokenizer and data.tgt_tokenizer: give both or neither")
         _choice("data.sp_model_type", self.sp_model_type, ("unigram", "bpe"))
+        _choice("data.captions_format", self.captions_format, ("flickr", "coco"))
         for name in ("jsonl_src_field", "jsonl_tgt_field"):
             if not getattr(self, name):
                 raise ConfigError(f"data.{name}: must name a field, got an empty string")
@@ -325,6 +366,8 @@ def to_dict(config: Any) -> dict:
     data = plain(dataclasses.asdict(config))
     if isinstance(config, Config):  # the model section lists only its family's keys
         data["model"] = config.model.used()
+        if not config.data.corpora:  # one pair: written as before (an empty list is an error)
+            del data["data"]["corpora"]
     return data
 
 

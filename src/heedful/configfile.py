@@ -40,6 +40,11 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
         return from_dict(hint, value, prefix=f"{key}.")
+    if origin is tuple and typing.get_args(hint)[1:] == (Ellipsis,):  # tuple[X, ...]: a list
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r:.40}")
+        item = typing.get_args(hint)[0]
+        return tuple(_convert(v, item, f"{key}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(hint)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):

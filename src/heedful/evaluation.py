@@ -1,6 +1,7 @@
 """Scores of translations against references: sacreBLEU's BLEU, chrF and TER, exact match,
 BLEU per source-length bucket (the table that shows whether a fixed-size context vector is a
-bottleneck on long sentences), and ROUGE-1/2/L for summaries (Google's rouge-score)."""
+bottleneck on long sentences), ROUGE-1/2/L for summaries (Google's rouge-score), and BLEU-1..4 of
+captions against all of an image's references."""
 
 from __future__ import annotations
 
@@ -78,6 +79,37 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
 
     _check_lengths(hypotheses, references)
     return BLEU().corpus_score(list(hypotheses), [list(references)]).score
+
+
+def caption_bleu(
+    hypotheses: Sequence[str], references: Sequence[Sequence[str]], lowercase: bool = False
+) -> dict:
+    """BLEU-1 to BLEU-4 of captions, each against all the references of its image (COCO's
+    Bleu_1..Bleu_4: BLEU-n is the geometric mean of the modified 1..n-gram precisions, times
+    the brevity penalty against the closest reference length), scored by sacreBLEU.
+
+    references[i]: image i's captions, any number of them (at least one). sacreBLEU takes
+    reference streams of equal length, so image i's list is padded with None, which sacreBLEU
+    leaves out (its signature then says nrefs:var). Returns {"bleu1": ..., "bleu4": ...,
+    "signature": ...}: sacreBLEU's signature, the same for every order (13a tokens, exp
+    smoothing for an order without a match).
+    """
+    from sacrebleu.metrics import BLEU
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} captions but references for {len(references)} images")
+    if not references:
+        raise ValueError("scoring needs at least one image")
+    for i, refs in enumerate(references):
+        if isinstance(refs, str) or not refs or not all(isinstance(r, str) for r in refs):
+            raise ValueError(f"references[{i}] must be a non-empty list of caption strings")
+    most = max(len(refs) for refs in references)
+    streams = [[refs[k] if k < len(refs) else None for refs in references] for k in range(most)]
+    scores: dict = {}
+    for n in range(1, 5):
+        metric = BLEU(max_ngram_order=n, lowercase=lowercase)
+        scores[f"bleu{n}"] = metric.corpus_score(list(hypotheses), streams).score
+    return {**scores, "signature": str(metric.get_signature())}
 
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")

@@ -27,7 +27,12 @@ from heedful.training_state import TrainState, seed_generators
 
 def read_split(config: Config, split: str) -> list[tuple[str, str]]:
     """The (source, target) pairs of `train` or `valid`, from aligned files or a TSV; at least
-    one, since an empty split fails later, deep inside training or the first validation."""
+    one, since an empty split fails later, deep inside training or the first validation.
+    With data.corpora, every corpus's pairs, each source after its target token."""
+    if config.data.corpora:
+        from heedful.data.languages import read_corpora
+
+        return read_corpora(config.data, split)
     pairs = list(iter_split(config.data, split))
     if not pairs:
         raise CorpusError(
@@ -49,6 +54,7 @@ def make_validator(valid_pairs, src_tok, tgt_tok, config: Config, device):
     from heedful.translator import Translator
 
     limit = config.data.valid_max_sentences
+    limit = limit * max(1, len(config.data.corpora)) if limit else None  # per corpus (read_split)
     pairs = valid_pairs[:limit] if limit else valid_pairs
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     src_ids = [src_tok.encode(s) for s in sources]
@@ -76,9 +82,31 @@ def make_validator(valid_pairs, src_tok, tgt_tok, config: Config, device):
             "ppl": math.exp(min(loss, 50)),
             "bleu": scores.bleu,
             "chrf": scores.chrf,
+            **_bleu_by_target(sources, outputs, references, config),
         }
 
     return validate
+
+
+def _bleu_by_target(sources, outputs, references, config: Config) -> dict:
+    """A multilingual model's BLEU into each target language (bleu_de, bleu_fr), beside the
+    overall one: one direction may learn while another does not."""
+    from heedful.data.tokenizers import TARGET_TOKEN
+    from heedful.evaluation import corpus_scores
+
+    if len({c.target for c in config.data.corpora}) < 2:
+        return {}
+    groups: dict[str, list[int]] = {}
+    for i, source in enumerate(sources):
+        token = TARGET_TOKEN.match(source)  # none on a blank source: in the overall BLEU only
+        if token:
+            groups.setdefault(token[0][2:-1], []).append(i)
+    return {
+        f"bleu_{code}": corpus_scores(
+            [outputs[i] for i in rows], [references[i] for i in rows]
+        ).bleu
+        for code, rows in groups.items()
+    }
 
 
 def _check_valid_lengths(src_ids, config: Config) -> None:
@@ -110,10 +138,18 @@ def _given_tokenizers(config: Config):
             loaded.append(load_tokenizer(path))
         except (OSError, ValueError) as e:
             raise ConfigError(f"{key}: cannot load a tokenizer from {path}: {e}") from e
+    if data.corpora:  # a multilingual model reads each target token as one symbol
+        from heedful.data.languages import check_symbols
+
+        try:
+            check_symbols(loaded[0], data.pairs(), f"data.src_tokenizer ({data.src_tokenizer})")
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
     return tuple(loaded)
 
 
 def _new_tokenizers(config: Config, train_pairs):
+    from heedful.data.languages import target_tokens
     from heedful.data.tokenizers import train_tokenizers
 
     data = config.data
@@ -126,6 +162,7 @@ def _new_tokenizers(config: Config, train_pairs):
             model_type=data.sp_model_type,
             joint=data.joint_vocab,
             sample=data.tokenizer_sample,
+            symbols=target_tokens(data),
         )
     except ValueError as e:
         raise ConfigError(
@@ -238,6 +275,10 @@ def train_from_config(
     config: Config, run_dir: str | Path, force: bool = False, progress: bool = True, echo=print
 ) -> TrainResult:
     """Train (or resume) the run in `run_dir` as `config` says."""
+    if config.model.encoder != "text":  # image captioning (issue 12)
+        from heedful.captions_experiment import train_captions
+
+        return train_captions(config, run_dir, force, progress, echo)
     set_threads(config.train.threads)
     dist = Distributed.from_env()
     device = _device(dist)

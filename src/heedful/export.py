@@ -198,6 +198,11 @@ def export_ctranslate2(
             f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
         )
     loaded = load_model_dir(model_dir)
+    if loaded.model_config.encoder != "text":
+        raise CheckpointError(
+            f"{model_dir}: an image model (model.encoder {loaded.model_config.encoder}); "
+            "CTranslate2 reads text"
+        )
     if loaded.model_config.arch != "transformer":
         raise CheckpointError(
             f"{model_dir}: only Transformer models export to CTranslate2; this one is "

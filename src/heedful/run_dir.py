@@ -178,9 +178,10 @@ class Run:
             return
         config = self.config
         final = self.checkpoints / f"step-{state.progress.step:08d}"
-        languages = (config.data.src_lang, config.data.tgt_lang)
+        languages, pairs = config.data.pairs()[0], config.data.pairs()
         with staged(final) as build:
-            write_model_files(build, model, config.model, *tokenizers, config.generation, languages)
+            write_model_files(build, model, config.model, *tokenizers, config.generation, languages,
+                              pairs if config.data.corpora else None)  # fmt: skip
             state.save(build, metrics=metrics, seed=config.train.seed)
         _point(self.dir / "latest", final)
         if metrics is not None:

@@ -185,8 +185,10 @@ def _optimizer_step(
         src, tgt_in, tgt_out = batch.to(device)
         sync = i == len(shards) - 1 or dist.world_size == 1
         with autocast, nullcontext() if sync else net.no_sync():
-            logits = net(src, tgt_in).logits  # (B, T, V)
-            loss = sequence_loss(logits, tgt_out, config.label_smoothing, "sum")
+            out = net(src, tgt_in)  # logits (B, T, V)
+            loss = sequence_loss(out.logits, tgt_out, config.label_smoothing, "sum")
+            if out.penalty is not None:  # e.g. Show, Attend and Tell's attention regulariser
+                loss = loss + out.penalty
             (loss * weight * dist.world_size / total_tokens).backward()
         loss_sum += loss.item() * weight
     _check_loss("training", loss_sum, state.progress.step + 1, config)

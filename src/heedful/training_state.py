@@ -67,7 +67,16 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
     # gradient, where the adaptive step rescales it (plain L2 regularisation).
     kind = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
     groups = parameter_groups(model, config.weight_decay)
-    return kind(groups, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+    # fused: one kernel over all parameters instead of ~10 small operations per tensor; the
+    # per-tensor loop was 18% of a Multi30k Transformer step under torch.profiler, fused Adam
+    # 4%, and steps ran 1.17x as fast (benchmarks/profile_training.py, 2 shared cores). Float32
+    # on the CPU or a GPU only; a resumed run keeps the choice saved with its optimizer state.
+    fused = all(
+        p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in model.parameters()
+    )
+    return kind(
+        groups, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay, fused=fused
+    )
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig):

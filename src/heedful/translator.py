@@ -120,6 +120,7 @@ class Translator:
         generation: GenerationConfig = DEFAULT_GENERATION,
         device: str | torch.device = "cpu",
         languages: tuple[str, str] = ("src", "tgt"),
+        pairs: tuple[tuple[str, str], ...] | None = None,
     ):
         self.model, self.src_tokenizer, self.tgt_tokenizer = (
             model.eval(),
@@ -127,6 +128,8 @@ class Translator:
             tgt_tokenizer,
         )
         self.generation, self.device, self.languages = generation, torch.device(device), languages
+        # pairs: a multilingual model's (data/languages.py), which reads a target token first
+        self.pairs, self.target_tokens = (pairs, True) if pairs else ((languages,), False)
 
     @classmethod
     def load(
@@ -154,6 +157,7 @@ class Translator:
             loaded.generation,
             device,
             (loaded.src_lang, loaded.tgt_lang),
+            loaded.pairs if loaded.target_tokens else None,
         )
 
     @property
@@ -169,6 +173,8 @@ class Translator:
         batch_size: int = 64,
         need_weights: bool = False,
         prefixes: Sequence[str | None] | None = None,
+        target: str | None = None,
+        source: str | None = None,
         **settings,
     ) -> list[Translation]:
         """Translate texts in order, `batch_size` at a time; empty texts give empty outputs.
@@ -177,8 +183,11 @@ class Translator:
         (length_penalty, max_len_ratio, max_len_offset; sample, temperature, top_k, top_p,
         seed, num_samples). need_weights: each Translation's attention is its
         cross-attention, from replay(). prefixes: per text, target text its output must start
-        with (None or "" for none); the search continues after it.
+        with (None or "" for none); the search continues after it. target (and source): the
+        language to write, whose token (<2de>) a multilingual model reads first; a pair the
+        model does not have is a LanguageError that names its pairs.
         """
+        texts = self.sources(texts, target, source)
         out, order = blank_outputs(texts, self.src_tokenizer)
         forced = self._forced(texts, order, prefixes, settings)  # {i: ids} or None
         order.sort(key=lambda i: len(texts[i]))  # similar lengths together: less padding
@@ -198,6 +207,18 @@ class Translator:
                 first.alternatives = rest or None
                 out[i] = first
         return out  # type: ignore[return-value]
+
+    def sources(self, texts: Sequence[str], target=None, source=None) -> list[str]:
+        """The texts as the model reads them into `target`: a multilingual model's after the
+        target token. Texts that carry their token already (the server's) pass as they are."""
+        from heedful.data.languages import source_texts
+        from heedful.data.tokenizers import split_leading
+
+        symbols = getattr(self.src_tokenizer, "symbols", ())
+        tagged = all(split_leading(t, symbols)[0] or not t.strip() for t in texts)
+        if target is None and source is None and (not self.target_tokens or tagged):
+            return list(texts)
+        return source_texts(texts, self.pairs, self.target_tokens, target, source)
 
     @torch.no_grad()
     def search(
@@ -327,6 +348,7 @@ def ensemble(translators: Sequence[Translator]) -> Translator:
         first.generation,
         first.device,
         first.languages,
+        first.pairs if first.target_tokens else None,
     )
 
 
@@ -347,3 +369,17 @@ def load_ensemble(
 ) -> Translator:
     """`heedful translate A B C`: the model directories as one ensemble Translator."""
     return ensemble([Translator.load(d, device, quantize) for d in model_dirs])
+
+
+def directions(model_dir: str | Path) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """(the language pairs, whether it reads a target token) of a model directory, from its
+    config.json alone (data/languages.py); a Hugging Face directory's one pair."""
+    from heedful.checkpoint import read_model_config
+    from heedful.data.languages import model_pairs
+    from heedful.hf.layout import check_layout, is_huggingface_dir, languages
+
+    if is_huggingface_dir(model_dir):
+        check_layout(model_dir)
+        return (languages(model_dir),), False
+    meta, _ = read_model_config(Path(model_dir))
+    return model_pairs(meta, Path(model_dir) / "config.json")

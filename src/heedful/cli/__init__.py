@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from heedful.cli.caption import caption
 from heedful.cli.errors import Heedful
 from heedful.cli.models import average, demo, export, train
 from heedful.cli.prepare import prepare
@@ -49,6 +50,7 @@ for _command in (
     *(demo, train, average, export),  # models.py: make a model directory
     prepare,  # prepare.py: tokenize a large corpus once
     *(translate, evaluate, serve),  # translate.py: run a model on text
+    caption,  # caption.py: run an image model on pictures
     *(attention, explain, positional, curves),  # see.py: draw what a model does
 ):
     main.add_command(_command)

@@ -9,21 +9,22 @@ from heedful.cli.options import DIRECTORY, POSITIVE, Deferred, overrides_option,
 
 def _demo_options() -> list[click.Parameter]:
     from heedful.demo import DEMO_MODELS, DEMO_TASKS
+    from heedful.demo_captions import CAPTION_MODELS, DEFAULT_MODEL
 
     model = click.Option(
         ["--model", "model_name"],
-        type=click.Choice(list(DEMO_MODELS)),
+        type=click.Choice([*DEMO_MODELS, *CAPTION_MODELS]),
         default=None,
         help="Which model learns the task [default: transformer for dates, rnn-bahdanau (the "
-        "seq2seq article's) for dialogue].",
+        f"seq2seq article's) for dialogue, {DEFAULT_MODEL} for captions].",
     )
     task = click.Option(
         ["--task"],
-        type=click.Choice(list(DEMO_TASKS)),
+        type=click.Choice([*DEMO_TASKS, "captions"]),
         default="dates",
         show_default=True,
-        help="What it learns: human-written dates to ISO dates, or the articles' toy chatbot "
-        '("Hi, How are you?" -> "I am fine").',
+        help="What it learns: human-written dates to ISO dates, the articles' toy chatbot "
+        '("Hi, How are you?" -> "I am fine"), or captions of generated scenes of shapes.',
     )
     return [model, task, threads_option()]
 
@@ -39,17 +40,32 @@ def _demo_options() -> list[click.Parameter]:
     "--train-size",
     type=POSITIVE,
     default=None,
-    help="Generated training pairs [default: the task's, 40000 dates or 6000 questions].",
+    help="Generated training pairs [default: the task's, 40000 dates, 6000 questions or "
+    "20000 scenes].",
 )
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
 @click.option("--max-time", type=float, default=None, help="Stop after this many seconds.")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress) -> None:
-    """Learn a generated task in minutes (human-written dates to ISO dates, or the articles'
-    toy chatbot), then draw the attention."""
+    """Learn a generated task in minutes (human-written dates to ISO dates, the articles' toy
+    chatbot, or captions of generated scenes), then draw the attention."""
     from heedful.demo import run_demo
 
+    if task == "captions":  # demo_captions.py: images in, so a demo of its own
+        from heedful.demo_captions import run_caption_demo
+
+        run_caption_demo(
+            model_name,
+            out,
+            train_size=train_size,
+            max_steps=max_steps,
+            max_time=max_time,
+            seed=seed,
+            progress=progress,
+            echo=click.echo,
+        )
+        return
     run_demo(
         model_name,
         out,

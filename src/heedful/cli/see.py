@@ -73,13 +73,21 @@ def attention(
     layer,
     head,
 ) -> None:
-    """Translate SENTENCE and show where the model looked."""
+    """Translate SENTENCE (an image model: caption the image file) and show where the model
+    looked."""
+    from heedful.captioner import is_image_model
     from heedful.config import beams_for
     from heedful.translator import Translator
     from heedful.visualize.trace import build_trace
 
     if not (picture or html_path or json_path):
         raise click.UsageError("give at least one of --png/--svg/--pdf, --html or --json")
+    if is_image_model(model_dir):  # SENTENCE names a picture: see_image.py
+        from heedful.cli.see_image import image_attention
+
+        options = dict(kind=kind, grid=grid, words=words, num_beams=num_beams, n_best=n_best)
+        options |= dict(layer=layer, head=head)
+        return image_attention(model_dir, sentence, picture, html_path, json_path, options)
     translator = Translator.load(model_dir)
     if picture:  # a view the model does not have is refused before translating
         from heedful.visualize.heatmap import check_view

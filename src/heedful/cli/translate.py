@@ -62,7 +62,7 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
 
 
 @click.command(cls=Deferred, later=_translate_options)
-@click.argument("model_dirs", metavar="MODEL_DIR...", nargs=-1, required=True, type=DIRECTORY)
+@click.argument("model_dirs", metavar="MODEL_DIR...", nargs=-1, required=True, type=click.Path())
 @click.option(
     "-i",
     "--input",
@@ -94,11 +94,22 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
     help="FILE of target beginnings, one per input line (an empty line: none), or 'tsv': each "
     "input line is SOURCE<TAB>PREFIX. Every output starts with its prefix.",
 )
+@click.option(
+    "--target",
+    default=None,
+    help="Language to write: a multilingual model reads its "
+    "token (<2de>) before each line; required when it writes several.",
+)
+@click.option(
+    "--source",
+    default=None,
+    help="Language of the input, checked against the pairs the model translates.",
+)
 @search_options
 @sampling_options
 def translate(
-    model_dirs, input_path, output_path, n_best, prefix_path, num_beams, batch_size, engine,
-    quantize, max_chars, **sampling,
+    model_dirs, input_path, output_path, n_best, prefix_path, target, source, num_beams,
+    batch_size, engine, quantize, max_chars, **sampling,
 ) -> None:  # fmt: skip
     """Translate raw lines, one per line, in order (empty lines stay empty).
 
@@ -107,14 +118,19 @@ def translate(
     MODEL_DIRs translate as one ensemble: their log-probabilities averaged at every step (their
     vocabularies must be equal; an RNN and a Transformer may be mixed).
     """
+    from heedful.cli.caption import caption_images, image_arguments
     from heedful.config import beams_for
 
+    images = image_arguments(model_dirs)  # an image model: MODEL_DIR image.png ... (caption.py)
+    if images is not None:
+        return caption_images(model_dirs[0], images, num_beams, n_best, batch_size, output_path)
     settings = _sampling_settings(**sampling)
     if engine != "torch" and (settings or prefix_path):
         raise click.UsageError(f"--sample and --prefix need the torch engine, not {engine}")
     translator = _load(model_dirs, engine, quantize)
     lines = _read_lines(input_path, max_chars)
     lines, prefixes = _prefixes(lines, prefix_path)
+    lines = _directed(model_dirs[0], lines, target, source)
     beams = beams_for(num_beams or translator.generation.num_beams, n_best)
     if prefixes is not None:
         settings["prefixes"] = prefixes
@@ -142,6 +158,18 @@ def _load(model_dirs: tuple[str, ...], engine: str, quantize: str | None):
     from heedful.translator import load_ensemble
 
     return load_ensemble(model_dirs, quantize=quantize)
+
+
+def _directed(model_dir: str, lines: list[str], target, source) -> list[str]:
+    """The lines as the model reads them into --target: after its token for a multilingual
+    model (data/languages.py); a pair it does not translate is an error naming its pairs."""
+    from heedful.data.languages import source_texts
+    from heedful.translator import directions
+
+    pairs, tokens = directions(model_dir)
+    if not tokens and target is None and source is None:
+        return lines
+    return source_texts(lines, pairs, tokens, target, source)
 
 
 def _prefixes(lines: list[str], prefix_path: str | None):
@@ -247,9 +275,10 @@ def _evaluation_reader(src_path, ref_path, jsonl_path, fields: str):
     show_default=True,
     help="bleu: BLEU, chrF and TER; rouge: ROUGE-1/2/L F1 (rouge-score, for summaries) too.",
 )
+@click.option("--target", default=None, help="Language to write, for a multilingual model.")
 @search_options
 def evaluate(
-    model_dir, src_path, ref_path, jsonl_path, fields, output_path, metric, num_beams,
+    model_dir, src_path, ref_path, jsonl_path, fields, output_path, metric, target, num_beams,
     batch_size, engine, quantize,
 ) -> None:  # fmt: skip
     """Translate --src and score it against --ref: BLEU, chrF, TER (with --metric rouge also
@@ -267,8 +296,9 @@ def evaluate(
     translator = load_translator(model_dir, engine, quantize)
     pairs = read_pairs()
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    read = _directed(model_dir, sources, target, None)  # after <2xx> for a multilingual model
     outputs = [
-        t.text for t in translator.translate(sources, num_beams=num_beams, batch_size=batch_size)
+        t.text for t in translator.translate(read, num_beams=num_beams, batch_size=batch_size)
     ]
     if output_path:
         Path(output_path).write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
@@ -279,7 +309,7 @@ def evaluate(
 
 
 @click.command(cls=Deferred, later=lambda: [*runtime_options(), *limit_options()])
-@click.argument("model_dir", type=DIRECTORY)
+@click.argument("model_dirs", metavar="MODEL_DIR...", nargs=-1, required=True, type=DIRECTORY)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, help="Port to listen on.")
 @click.option(
@@ -289,11 +319,14 @@ def evaluate(
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
 @click.option("--access-log/--no-access-log", default=False, help="Log every request.")
-def serve(model_dir, host, port, log_level, access_log, engine, quantize, **limits) -> None:
-    """Serve MODEL_DIR over HTTP: LibreTranslate's POST /translate, /languages, a web page at /."""
+def serve(model_dirs, host, port, log_level, access_log, engine, quantize, **limits) -> None:
+    """Serve MODEL_DIR over HTTP: LibreTranslate's POST /translate, /languages, a web page at /.
+
+    Several MODEL_DIRs (or one multilingual model) serve every language pair they have, each
+    request going to the model of its source and target; two models of one pair are an error.
+    """
     from heedful.server import ServerLimits
     from heedful.server import serve as run_server
 
-    run_server(
-        model_dir, host, port, ServerLimits(**limits), log_level, access_log, engine, quantize
-    )
+    dirs = model_dirs[0] if len(model_dirs) == 1 else list(model_dirs)
+    run_server(dirs, host, port, ServerLimits(**limits), log_level, access_log, engine, quantize)

@@ -274,16 +274,21 @@ def read_jsonl(
     return list(iter_jsonl(path, key, src_field, tgt_field))
 
 
-def split_source(data, split: str) -> str:
-    """The config keys and files a split (`train` or `valid`) is read from, for messages."""
+def split_source(data, split: str, at: str = "data") -> str:
+    """The config keys and files a split (`train` or `valid`) is read from, for messages;
+    `at` is where in the config `data` is (data.corpora[1] for a corpus of several)."""
+    if getattr(data, "corpora", ()):
+        return "; ".join(
+            split_source(c, split, f"{at}.corpora[{i}]") for i, c in enumerate(data.corpora)
+        )
     for form in ("tsv", "jsonl"):
         if getattr(data, f"{split}_{form}", None) is not None:
-            return f"data.{split}_{form} ({getattr(data, f'{split}_{form}')})"
+            return f"{at}.{split}_{form} ({getattr(data, f'{split}_{form}')})"
     src, tgt = getattr(data, f"{split}_src"), getattr(data, f"{split}_tgt")
-    return f"data.{split}_src and data.{split}_tgt ({src}, {tgt})"
+    return f"{at}.{split}_src and {at}.{split}_tgt ({src}, {tgt})"
 
 
-def split_files(data, split: str) -> list[tuple[str, Path]]:
+def split_files(data, split: str, at: str = "data") -> list[tuple[str, Path]]:
     """(config key, path) of the files a split is read from: one TSV, one JSON Lines file or
     two aligned files. A JSON Lines key names its fields too ("data.train_jsonl[document,
     summary]"): `heedful prepare` fingerprints these keys, so other fields mean preparing again."""
@@ -293,34 +298,35 @@ def split_files(data, split: str) -> list[tuple[str, Path]]:
     single = {f: getattr(data, f"{split}_{f}", None) for f in ("tsv", "jsonl")}
     given = [f for f, path in single.items() if path is not None]
     if given:
-        others = [f"data.{split}_{f}" for f in given[1:]]
+        others = [f"{at}.{split}_{f}" for f in given[1:]]
         if src is not None or tgt is not None:
-            others.append(f"data.{split}_src/_tgt")
+            others.append(f"{at}.{split}_src/_tgt")
         if others:
-            raise ConfigError(f"data.{split}_{given[0]} and {', '.join(others)} are exclusive: "
+            raise ConfigError(f"{at}.{split}_{given[0]} and {', '.join(others)} are exclusive: "
                               "give one")  # fmt: skip
         if given[0] == "jsonl":
             fields = f"[{data.jsonl_src_field},{data.jsonl_tgt_field}]"
-            return [(f"data.{split}_jsonl{fields}", Path(single["jsonl"]))]
-        return [(f"data.{split}_tsv", Path(single["tsv"]))]
+            return [(f"{at}.{split}_jsonl{fields}", Path(single["jsonl"]))]
+        return [(f"{at}.{split}_tsv", Path(single["tsv"]))]
     if src is None or tgt is None:
         raise ConfigError(
-            f"data.{split}_src and data.{split}_tgt (or data.{split}_tsv, or "
-            f"data.{split}_jsonl) are required"
+            f"{at}.{split}_src and {at}.{split}_tgt (or {at}.{split}_tsv, or "
+            f"{at}.{split}_jsonl) are required"
         )
-    return [(f"data.{split}_src", Path(src)), (f"data.{split}_tgt", Path(tgt))]
+    return [(f"{at}.{split}_src", Path(src)), (f"{at}.{split}_tgt", Path(tgt))]
 
 
-def iter_split(data, split: str) -> Iterator[tuple[str, str]]:
-    """The (source, target) pairs of a split as `data` (a DataConfig) names it, streamed."""
-    files = split_files(data, split)
+def iter_split(data, split: str, at: str = "data") -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of a split as `data` (a DataConfig) names it, streamed;
+    `at` where `data` is in the config, for messages."""
+    files = split_files(data, split, at)
     if len(files) == 2:
         (src_key, src), (tgt_key, tgt) = files
         return iter_parallel(src, tgt, src_key, tgt_key)
     key, path = files[0]
-    if key.startswith(f"data.{split}_jsonl"):
+    if key.startswith(f"{at}.{split}_jsonl"):
         fields = data.jsonl_src_field, data.jsonl_tgt_field
-        return iter_jsonl(path, f"data.{split}_jsonl", *fields)
+        return iter_jsonl(path, f"{at}.{split}_jsonl", *fields)
     return iter_tsv(path, key)
 
 

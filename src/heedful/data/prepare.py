@@ -320,6 +320,11 @@ def prepare(
     workers: tokenizing processes (None: one per CPU this process may use). -> the manifest.
     """
     directory = Path(directory)
+    if getattr(data, "corpora", ()):  # their target tokens are not in the shards' ids yet
+        raise PreparedError(
+            "heedful prepare does not read data.corpora (several language pairs) yet; train "
+            "from the corpora in memory, without data.prepared"
+        )
     if directory.exists() and not directory.is_dir():
         raise PreparedError(f"{directory}: not a directory (data.prepared names a directory)")
     workers = workers or len(os.sched_getaffinity(0))

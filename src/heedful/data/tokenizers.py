@@ -12,9 +12,24 @@ from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
+from heedful.configcorpora import LANGUAGE_CODE
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+# A target token (<2de>, Johnson et al. 2017) that starts a source: one symbol, then the text
+TARGET_TOKEN = re.compile(rf"<2{LANGUAGE_CODE.pattern}>")
+
+
+def split_leading(text: str, symbols) -> tuple[str | None, str]:
+    """(the target token `text` starts with, if `symbols` holds it; the text after it and
+    its one space). Only the start counts: a source names one target, and "<2de>" inside a
+    sentence is text like any other."""
+    match = TARGET_TOKEN.match(text)
+    if match is None or match[0] not in symbols:
+        return None, text
+    rest = text[match.end() :]
+    return match[0], rest[1:] if rest.startswith(" ") else rest
 
 
 class Tokenizer(Protocol):
@@ -45,30 +60,36 @@ class CharTokenizer:
     """One token per Unicode character; characters unseen in training map to <unk>.
 
     Character-level models need no trained subword model and make attention easy to read:
-    every heatmap row and column is one letter.
+    every heatmap row and column is one letter. `symbols`, target tokens such as <2de>, are
+    one token each where a text starts with them (split_leading).
     """
 
     kind = "char"
 
-    def __init__(self, chars: Iterable[str]):
-        self.vocab = list(SPECIALS) + [c for c in chars if c not in SPECIALS]
+    def __init__(self, chars: Iterable[str], symbols: Iterable[str] = ()):
+        self.symbols = tuple(symbols)
+        self.vocab = [*SPECIALS, *self.symbols] + [c for c in chars if c not in SPECIALS]
         self.index = {token: i for i, token in enumerate(self.vocab)}
 
     @classmethod
-    def train(cls, texts: Iterable[str], min_count: int = 1) -> CharTokenizer:
+    def train(cls, texts: Iterable[str], min_count: int = 1, symbols=()) -> CharTokenizer:
+        texts = (split_leading(text, symbols)[1] for text in texts)
         counts = Counter(ch for text in texts for ch in text)
-        return cls(sorted(ch for ch, n in counts.items() if n >= min_count))
+        return cls(sorted(ch for ch, n in counts.items() if n >= min_count), symbols)
 
     def __len__(self) -> int:
         return len(self.vocab)
 
     def encode(self, text: str) -> list[int]:
         """text -> ids, without <s> or </s>"""
-        return [self.index.get(ch, UNK_ID) for ch in text]
+        symbol, text = split_leading(text, self.symbols)
+        first = [self.index[symbol]] if symbol else []
+        return first + [self.index.get(ch, UNK_ID) for ch in text]
 
     def tokens(self, text: str) -> list[str]:
         """The pieces a text is split into, for labelling attention pictures."""
-        return list(text)
+        symbol, text = split_leading(text, self.symbols)
+        return ([symbol] if symbol else []) + list(text)
 
     def decode(self, ids: Iterable[int]) -> str:
         """ids -> text; stops at </s>, skips the other special tokens."""
@@ -78,7 +99,8 @@ class CharTokenizer:
         return self.vocab[i]
 
     def save(self, path: str | Path) -> None:
-        data = {"kind": self.kind, "vocab": self.vocab[len(SPECIALS) :]}
+        data = {"kind": self.kind, "vocab": self.vocab[len(SPECIALS) + len(self.symbols) :]}
+        data |= {"symbols": list(self.symbols)} if self.symbols else {}  # older files: none
         Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
@@ -100,7 +122,13 @@ class CharTokenizer:
             seen: set[str] = set()
             twice = next(c for c in vocab if c in seen or seen.add(c))
             raise ValueError(f"{path}: the character {twice!r} is in vocab twice")
-        return cls(vocab)
+        symbols = data.get("symbols", [])
+        if not isinstance(symbols, list) or len(set(map(str, symbols))) != len(symbols):
+            raise ValueError(f"{path}: symbols must be a list of distinct target tokens")
+        for i, symbol in enumerate(symbols):
+            if not isinstance(symbol, str) or TARGET_TOKEN.fullmatch(symbol) is None:
+                raise ValueError(f"{path}: symbols entry {i} is {symbol!r:.40}, not a <2xx> token")
+        return cls(vocab, symbols)
 
 
 class SentencePieceTokenizer:
@@ -133,6 +161,8 @@ class SentencePieceTokenizer:
             )
         self.model_proto = bytes(model_proto)
         self.processor = processor
+        pieces = (processor.id_to_piece(i) for i in range(len(SPECIALS), len(self)))
+        self.symbols = frozenset(p for p in pieces if TARGET_TOKEN.fullmatch(p))  # <2de>, <2fr>
 
     @classmethod
     def train(
@@ -143,6 +173,7 @@ class SentencePieceTokenizer:
         character_coverage: float = 1.0,
         input_sentence_size: int = 1_000_000,
         seed: int = 0,
+        symbols: Iterable[str] = (),
     ) -> SentencePieceTokenizer:
         """Train a SentencePiece model in memory on `texts`, one sentence each; writes no files.
 
@@ -155,11 +186,15 @@ class SentencePieceTokenizer:
             character seen, 0.9995 is usual for scripts with thousands of characters.
         input_sentence_size: train on at most this many non-empty sentences (0: all of them).
         seed: chooses that sample. The same texts and arguments give the same model bytes.
+        symbols: target tokens (<2de>), each one piece (user_defined_symbols) read where a
+            text starts with it; the texts are sampled without them.
         """
         import sentencepiece as spm
 
         if model_type not in ("unigram", "bpe"):
             raise ValueError(f"model_type must be 'unigram' or 'bpe', not {model_type!r}")
+        symbols = list(symbols)
+        texts = (split_leading(text, symbols)[1] for text in texts)
         sentences = _sample(texts, input_sentence_size, seed)
         if not sentences:
             raise ValueError("no non-empty text to train a SentencePiece model on")
@@ -179,6 +214,7 @@ class SentencePieceTokenizer:
                 bos_piece=BOS,
                 eos_piece=EOS,
                 unk_piece=UNK,
+                user_defined_symbols=symbols,
                 input_sentence_size=0,  # already sampled, reproducibly (see _sample)
                 minloglevel=1,  # warnings only: the progress log is hundreds of lines
             )
@@ -190,12 +226,16 @@ class SentencePieceTokenizer:
         return self.processor.get_piece_size()
 
     def encode(self, text: str) -> list[int]:
-        """text -> ids, without <s> or </s>"""
-        return self.processor.encode(text)
+        """text -> ids, without <s> or </s>; a leading target token is one id (SentencePiece
+        alone would give a "▁" piece before it)"""
+        symbol, text = split_leading(text, self.symbols)
+        first = [self.processor.piece_to_id(symbol)] if symbol else []
+        return first + self.processor.encode(text)
 
     def tokens(self, text: str) -> list[str]:
         """The pieces a text is split into ("▁" marks a word start), for attention pictures."""
-        return self.processor.encode(text, out_type=str)
+        symbol, text = split_leading(text, self.symbols)
+        return ([symbol] if symbol else []) + self.processor.encode(text, out_type=str)
 
     def decode(self, ids: Iterable[int]) -> str:
         """ids -> detokenized text; stops at </s>, skips the other special tokens."""
@@ -282,6 +322,7 @@ def train_tokenizers(
     joint: bool = False,
     character_coverage: float = 1.0,
     sample: int = 1_000_000,
+    symbols: Iterable[str] = (),
 ) -> tuple[Tokenizer, Tokenizer]:
     """Train the (source, target) tokenizers for a corpus.
 
@@ -292,25 +333,29 @@ def train_tokenizers(
         side, each trained on its own text only, with vocab_size pieces each.
     sample: SentencePiece trains on at most this many sentences, sampled uniformly from the
         texts, which may then be streams of any length (a character vocabulary reads them all).
+    symbols: target tokens (<2de>) the source tokenizer reads as one token each where a source
+        starts with one (data.corpora); the joint tokenizer has them too.
     """
     if kind not in ("char", "sentencepiece"):
         raise ValueError(f"tokenizer kind must be 'char' or 'sentencepiece', not {kind!r}")
 
-    def train(texts: Iterable[str]) -> Tokenizer:
+    def train(texts: Iterable[str], symbols=()) -> Tokenizer:
         if kind == "char":
-            return CharTokenizer.train(texts)
+            return CharTokenizer.train(texts, symbols=symbols)
         return SentencePieceTokenizer.train(
             texts,
             vocab_size,
             model_type,
             character_coverage=character_coverage,
             input_sentence_size=sample,
+            symbols=symbols,
         )
 
+    symbols = tuple(symbols)
     if joint:
-        tokenizer = train(chain(src_texts, tgt_texts))
+        tokenizer = train(chain(src_texts, tgt_texts), symbols)
         return tokenizer, tokenizer
-    return train(src_texts), train(tgt_texts)
+    return train(src_texts, symbols), train(tgt_texts)
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -326,6 +371,10 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         pass
     else:
+        if isinstance(parsed, dict) and parsed.get("kind") == "image":  # an image model's
+            from heedful.data.image_pairs import ImageSource  # (the ImageTransform it reads)
+
+            return ImageSource.from_json(parsed, path)
         return CharTokenizer.from_json(parsed, path)
     if _processor(data) is None:
         raise ValueError(

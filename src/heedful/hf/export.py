@@ -48,6 +48,8 @@ def _check_exportable(loaded, model_dir) -> None:
     config, why = loaded.model_config, None
     if config.arch != "transformer":
         why = f"it is an {config.arch!r} model; Marian is a Transformer"
+    elif config.encoder != "text":
+        why = f"it reads images (model.encoder {config.encoder}); Marian reads text"
     elif config.norm != "post":
         why = "it is pre-norm; Marian's layers are post-norm"
     elif config.positional != "sinusoidal":

@@ -46,6 +46,9 @@ class AttentionMaps:
 class Seq2SeqOutput:
     logits: torch.Tensor  # (B, T, V)
     attention: AttentionMaps | None = None  # filled when need_weights=True
+    # a regulariser training adds to its summed loss (an image model's attention penalty,
+    # models/vision.py), or None
+    penalty: torch.Tensor | None = None
 
 
 @dataclass

@@ -49,12 +49,52 @@ def _rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
 BUILDERS = {"transformer": _transformer, "rnn": _rnn}
 
 
+def _image_encoder(c: ModelConfig, width: int) -> nn.Module:
+    """The encoder model.encoder names, its regions `width` wide (models/vision.py)."""
+    from heedful.models import vision
+
+    if c.encoder == "cnn":
+        return vision.CNNEncoder(
+            width, c.cnn_channels, c.cnn_blocks, c.cnn_coords, c.cnn_layers, c.num_heads, c.d_ff
+        )
+    if c.encoder == "vit":
+        return vision.ViTEncoder(
+            c.image_size, c.patch_size, width, c.num_heads, c.encoder_layers, c.d_ff, c.dropout,
+            c.norm == "pre", c.positional, c.attention_dropout,
+        )  # fmt: skip
+    trunk, channels = vision.torchvision_trunk(c.encoder.removeprefix("torchvision:"))
+    return vision.BackboneEncoder(trunk, channels, width)  # weights: experiment, not here
+
+
+def _captioner(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> nn.Module:
+    """An image encoder under the family's decoder; the source vocabulary has no use."""
+    from heedful.models.vision import ImageRNN, ImageTransformer
+
+    if c.arch == "transformer":
+        return ImageTransformer(
+            _image_encoder(c, c.d_model), tgt_vocab_size, c.attention_penalty,
+            d_model=c.d_model, num_heads=c.num_heads, decoder_layers=c.decoder_layers,
+            d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
+            norm_first=c.norm == "pre", positional=c.positional,
+            max_positions=c.max_positions, tie_embeddings=c.tie_embeddings, pad_id=pad_id,
+        )  # fmt: skip
+    return ImageRNN(
+        _image_encoder(c, c.hidden_size), tgt_vocab_size, c.attention_penalty,
+        embed_size=c.d_model, hidden_size=c.hidden_size, cell=c.rnn_cell,
+        num_layers=c.rnn_layers, attention=c.attention, input_feeding=c.input_feeding,
+        dropout=c.dropout, pad_id=pad_id,
+    )  # fmt: skip
+
+
 def build_model(
     config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0
 ) -> nn.Module:
     """The model `config` describes. It carries the config as `model.config` (as nanoGPT's
     GPT(config) does), so that code holding a model asks it what it is: `model.config.arch`,
     `model.config.attention`, never isinstance checks."""
-    model = BUILDERS[config.arch](config, src_vocab_size, tgt_vocab_size, pad_id)
+    if config.encoder != "text":  # a captioning model: images in (models/vision.py)
+        model = _captioner(config, tgt_vocab_size, pad_id)
+    else:
+        model = BUILDERS[config.arch](config, src_vocab_size, tgt_vocab_size, pad_id)
     model.config = config  # a plain attribute: not a parameter, not in the state dict
     return model

@@ -1,6 +1,6 @@
 """HTTP API over Translator: LibreTranslate's /translate, with the attention behind each output.
 
-    heedful serve MODEL_DIR [--host 127.0.0.1] [--port 8000] [--max-chars 1000 ...]
+    heedful serve MODEL_DIR... [--host 127.0.0.1] [--port 8000] [--max-chars 1000 ...]
                             [--engine torch|ctranslate2] [--quantize int8]
 
     POST /translate   {"q": str | [str], "source": "en", "target": "de"} -> {"translatedText": ...}
@@ -20,6 +20,7 @@ Read in this order, parts to whole:
     openapi.py      the answers' schemas and error statuses, for /openapi.json
     page.py         the page at GET / (assets/index.html, page.css, page.js)
     connections.py  uvicorn's settings: header deadlines, idle connections make room
+    models.py       the models served (one batcher each) and the routing of language pairs
     app.py          create_app (routes, JSON errors, background loading) and serve
 
 Every limit is a field of ServerLimits. FastAPI, uvicorn and python-multipart (the `serve`

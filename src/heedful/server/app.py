@@ -11,18 +11,18 @@ holds no room.
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from heedful.server.batcher import Batcher
 from heedful.server.body import read_fields
 from heedful.server.connections import uvicorn_config
 from heedful.server.docs import ASSETS, assets_dir, swagger_page
+from heedful.server.images import add_caption_route
 from heedful.server.limits import DEFAULT_LIMITS, ApiError, ServerLimits
+from heedful.server.models import Routes, in_flight, load, model_state
+from heedful.server.models import ready as _ready
 from heedful.server.openapi import answer_schemas, responses
-from heedful.server.page import index_page, language_name
+from heedful.server.page import index_page
 from heedful.server.schema import (
     RequestSchema,
     detect_request,
@@ -30,7 +30,7 @@ from heedful.server.schema import (
     parse_request,
     translate_request,
 )
-from heedful.server.service import Job, TranslationService, response_body
+from heedful.server.service import Job, response_body
 
 log = logging.getLogger(__name__)
 
@@ -68,83 +68,39 @@ def _add_error_handlers(app) -> None:
         return _error(500, f"internal server error ({type(error).__name__})")
 
 
-@dataclass
-class _State:
-    """What the routes share: the settings, the batcher, and the service once it has loaded."""
-
-    model_dir: Path
-    languages: tuple[str, str]
-    limits: ServerLimits
-    batcher: Batcher | None = None
-    service: TranslationService | None = None
-    load_error: BaseException | None = None
-    in_flight: int = 0
-
-
-async def _load(state: _State, on_error, runtime: dict) -> None:
-    """Load the model off the event loop, so /health answers while it loads."""
-    from heedful.runtime import load_translator
-
-    try:
-        translator = await asyncio.to_thread(load_translator, state.model_dir, **runtime)
-        state.service = TranslationService(translator, state.limits)
-        log.info(
-            "model %s loaded: %s→%s (%s engine%s)",
-            state.model_dir,
-            *translator.languages,
-            translator.engine,
-            f", {runtime['quantize']}" if runtime.get("quantize") else "",
-        )
-    except Exception as error:  # noqa: BLE001 - reported by /ready and the serve command
-        state.load_error = error
-        log.error("could not load %s: %s", state.model_dir, error)
-        if on_error:
-            on_error(error)
-
-
 def create_app(
-    model_dir: str | Path,
+    model_dirs: str | Path | Sequence[str | Path],
     limits: ServerLimits = DEFAULT_LIMITS,
     on_load_error: Callable[[BaseException], None] | None = None,
     engine: str = "torch",
     quantize: str | None = None,
 ):
-    """The FastAPI application serving the model directory `model_dir` within `limits`.
+    """The FastAPI application serving a model directory, or several (each language pair
+    in one of them: server/models.py routes requests), within `limits`.
 
-    The directory's config.json is read at once (a wrong path fails here); the weights load in
-    the background after start-up: GET /ready answers 200 once they have. engine and quantize
-    choose the runtime (heedful.runtime.load_translator); only "torch" gives attention.
+    Each directory's config.json is read at once (a wrong path fails here); the weights load in
+    the background after start-up: GET /ready answers 200 once they all have. engine and
+    quantize choose the runtime (heedful.runtime.load_translator); only "torch" gives attention.
     """
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
 
-    from heedful.checkpoint import read_model_config
-    from heedful.hf.layout import check_layout, is_huggingface_dir, languages
-
-    model_dir = Path(model_dir)
-    if is_huggingface_dir(model_dir):  # a save_pretrained directory (heedful.hf)
-        check_layout(model_dir)
-        state = _State(model_dir, languages(model_dir), limits)
-    else:
-        meta, _ = read_model_config(model_dir)
-        state = _State(
-            model_dir, (meta.get("src_lang", "src"), meta.get("tgt_lang", "tgt")), limits
-        )
-    state.batcher = Batcher(
-        lambda jobs: state.service.run(jobs),  # type: ignore[union-attr]
-        limits.max_batch_size,
-        limits.max_wait_ms / 1000,
-    )
+    several = not isinstance(model_dirs, (str, Path))
+    states = [model_state(Path(d), limits) for d in (model_dirs if several else [model_dirs])]
+    routes = Routes(states)
 
     @asynccontextmanager
     async def lifespan(app):
-        state.batcher.start()
         runtime = {"engine": engine, "quantize": quantize}
-        loading = asyncio.create_task(_load(state, on_load_error, runtime))
+        loading = []
+        for state in states:
+            state.batcher.start()
+            loading.append(asyncio.create_task(load(state, on_load_error, runtime)))
         yield
-        loading.cancel()
-        await state.batcher.stop()
+        for state, task in zip(states, loading):
+            task.cancel()
+            await state.batcher.stop()
 
     app = FastAPI(
         title="heedful",
@@ -154,10 +110,11 @@ def create_app(
         docs_url=None,  # _add_docs_routes serves it offline
         redoc_url=None,  # off: ReDoc fetches its logo from a CDN (docs.py)
     )
-    app.state.heedful = state
+    app.state.heedful, app.state.models = states[0], states
     _add_error_handlers(app)
-    _add_translation_routes(app, state)
-    _add_status_routes(app, state)
+    _add_translation_routes(app, routes)
+    add_caption_route(app, states)  # images.py: POST /caption, for an image model
+    _add_status_routes(app, routes)
     _add_docs_routes(app)
     return app
 
@@ -173,45 +130,21 @@ def _version() -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _ready(state: _State) -> TranslationService:
-    if state.service is not None:
-        return state.service
-    if state.load_error is not None:
-        message = f"the model could not be loaded: {state.load_error}"
-    else:
-        message = "the model is still loading; GET /ready answers 200 when it is done"
-    raise ApiError(503, message, {"Retry-After": "1"})
-
-
-@contextmanager
-def _in_flight(state: _State) -> Iterator[None]:
-    """Count a request from its queueing to its answer; 503 at once past --max-in-flight.
-    Only requests whose body has arrived get here: a client slow to send one holds no room."""
-    limit = state.limits.max_in_flight
-    if state.in_flight >= limit:
-        raise ApiError(
-            503,
-            f"the server is saturated: {state.in_flight} requests in flight, the limit is "
-            f"{limit} (--max-in-flight); retry shortly",
-            {"Retry-After": "1"},
-        )
-    state.in_flight += 1
-    try:
-        yield
-    finally:
-        state.in_flight -= 1
-
-
-async def _translate(state: _State, schema: RequestSchema, request) -> bytes:
-    """A /translate request's answer: read, checked, queued for the batcher, written."""
-    service, limits = _ready(state), state.limits
+async def _translate(routes: Routes, schema: RequestSchema, request) -> bytes:
+    """A /translate request's answer: read, checked, routed to the model of its pair, queued
+    for that model's batcher, written."""
+    if len(routes.states) == 1:  # one model: 503 before the body, while it loads
+        _ready(routes.states[0])
+    limits = routes.states[0].limits
     fields = await read_fields(request, limits, schema)
     parsed, *shadowed = [parse_request(data, schema) for data in fields.readings()]
+    state, parsed = routes.route(parsed, schema)
+    service = _ready(state)
     searches, attention = service.plan(parsed)
     for other in shadowed:  # a query value the body overrides must be valid all the same
-        service.plan(other)
+        service.plan(routes.route(other, schema)[1])
     future = asyncio.get_running_loop().create_future()
-    with _in_flight(state):
+    with in_flight(state):
         try:
             outputs = await asyncio.wait_for(
                 state.batcher.submit(Job(parsed.texts, searches, attention, future)),
@@ -225,12 +158,13 @@ async def _translate(state: _State, schema: RequestSchema, request) -> bytes:
     return response_body(parsed, outputs)
 
 
-def _add_translation_routes(app, state: _State) -> None:
+def _add_translation_routes(app, routes: Routes) -> None:
     from fastapi import Request
     from starlette.responses import JSONResponse, Response
 
-    answers = answer_schemas(state.languages[0])
-    translate_schema = translate_request(state.limits, state.languages)
+    state, sources = routes.states[0], routes.sources()
+    answers = answer_schemas(sources[0] if len(sources) == 1 else sources)
+    translate_schema = translate_request(state.limits, state.languages, routes.pairs)
     detect_schema = detect_request(state.limits)
 
     @app.post(
@@ -240,7 +174,7 @@ def _add_translation_routes(app, state: _State) -> None:
     )
     async def translate(request: Request):
         """Translate `q` (a string, or a list of strings) from `source` to `target`."""
-        body = await _translate(state, translate_schema, request)
+        body = await _translate(routes, translate_schema, request)
         return Response(body, media_type="application/json")
 
     @app.post(
@@ -254,7 +188,8 @@ def _add_translation_routes(app, state: _State) -> None:
         fields = await read_fields(request, state.limits, detect_schema)
         for data in fields.readings():
             parse_detect(data, detect_schema)
-        return JSONResponse([{"language": state.languages[0], "confidence": 100.0}])
+        share = 100.0 / len(sources)  # several: no detector here, so each is as likely
+        return JSONResponse([{"language": code, "confidence": share} for code in sources])
 
 
 def _get(app, path: str, **options) -> Callable:
@@ -267,33 +202,38 @@ def _get(app, path: str, **options) -> Callable:
     return register
 
 
-def _add_status_routes(app, state: _State) -> None:
+def _add_status_routes(app, routes: Routes) -> None:
     from starlette.responses import HTMLResponse, JSONResponse
 
-    src, tgt = state.languages
-    answers = answer_schemas(src)
+    states, state = routes.states, routes.states[0]
+    answers = answer_schemas(state.languages[0])
     page: list[str] = []  # built on first request (the model's default beam size is known then)
 
     @_get(app, "/languages", responses=responses(answers["Languages"], ()))
     async def languages_list():
         """The languages this model reads and writes (LibreTranslate's format)."""
-        listed = [{"code": src, "name": language_name(src), "targets": [tgt]}]
-        if tgt != src:
-            listed.append({"code": tgt, "name": language_name(tgt), "targets": []})
-        return JSONResponse(listed)
+        return JSONResponse(routes.languages())
 
     @_get(app, "/health", responses=responses(answers["Health"], ()))
     async def health():
         """Alive; with how many requests are in flight and how they were batched."""
-        counts = {"status": "ok", "ready": state.service is not None, "in_flight": state.in_flight}
-        return JSONResponse(counts | vars(state.batcher.stats))
+        loaded = all(s.service is not None for s in states)
+        counts = {"status": "ok", "ready": loaded, "in_flight": sum(s.in_flight for s in states)}
+        stats = [vars(s.batcher.stats) for s in states]
+        largest = {"largest_batch": max(s["largest_batch"] for s in stats)}
+        return JSONResponse(counts | {k: sum(s[k] for s in stats) for k in stats[0]} | largest)
 
     @_get(app, "/ready", responses=responses(answers["Ready"], (503,)))
     async def ready():
         """200 once the model is loaded and translating; 503 before."""
-        _ready(state)
-        model = {"model": state.model_dir.name, "languages": [src, tgt]}
-        return JSONResponse({"status": "ready"} | model)
+        for s in states:
+            _ready(s)  # 503 until every model has loaded
+        if len(routes.pairs) == 1:
+            return JSONResponse(
+                {"status": "ready", "model": state.model_dir.name, "languages": [*state.languages]}
+            )
+        models = [{"model": s.model_dir.name, "pairs": [[*p] for p in s.pairs]} for s in states]
+        return JSONResponse({"status": "ready", "models": models})
 
     @_get(app, "/", include_in_schema=False)
     async def index():
@@ -349,7 +289,7 @@ def _uvicorn_logging() -> None:
 
 
 def serve(
-    model_dir: str | Path,
+    model_dir: str | Path | Sequence[str | Path],
     host: str = "127.0.0.1",
     port: int = 8000,
     limits: ServerLimits = DEFAULT_LIMITS,
@@ -358,8 +298,9 @@ def serve(
     engine: str = "torch",
     quantize: str | None = None,
 ) -> None:
-    """Serve `model_dir` until SIGINT/SIGTERM; requests in flight finish first (uvicorn's
-    graceful shutdown, bounded by the request timeout). Raises the load error, if any."""
+    """Serve `model_dir` (or several: create_app) until SIGINT/SIGTERM; requests in flight
+    finish first (uvicorn's graceful shutdown, bounded by the request timeout). Raises the load
+    error, if any."""
     import uvicorn
 
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s: %(message)s")
@@ -379,4 +320,4 @@ def serve(
     server.append(uvicorn.Server(config))
     server[0].run()
     if failed.is_set():
-        raise app.state.heedful.load_error
+        raise next(s.load_error for s in app.state.models if s.load_error is not None)

@@ -94,12 +94,20 @@ class Texts:
 @dataclass(frozen=True)
 class Language:
     """A language code of this model's pair; `enum` the codes the schema lists (the pair
-    itself is checked by parse_request, which names both)."""
+    itself is checked by parse_request, which names both). `pairs`: every pair of a server of
+    several (server/models.py), named in messages in place of `pair`."""
 
     name: str
     enum: tuple[str, ...]
     pair: tuple[str, str]
     description: str | None = None
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    def said(self) -> str:
+        """this model: en→de, or this server: en→de, en→fr"""
+        pairs = self.pairs or (self.pair,)
+        served = ", ".join(f"{src}→{tgt}" for src, tgt in pairs)
+        return f"this {'server' if len(pairs) > 1 else 'model'}: {served}"
 
     def schema(self) -> dict:
         schema = {"type": "string", "enum": list(self.enum)}
@@ -108,10 +116,7 @@ class Language:
     def read(self, data: dict) -> str:
         value = data.get(self.name)
         if not isinstance(value, str):
-            src, tgt = self.pair
-            raise ApiError(
-                400, f"missing field {self.name}: a language code (this model: {src}→{tgt})"
-            )
+            raise ApiError(400, f"missing field {self.name}: a language code ({self.said()})")
         return value
 
 

@@ -20,9 +20,9 @@ _COUNT = {"type": "integer", "minimum": 0}
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
 
-def answer_schemas(source: str) -> dict[str, dict]:
+def answer_schemas(source: str | list[str]) -> dict[str, dict]:
     """The JSON Schema of each route's 200 answer, by name; `source` the language /detect
-    finds."""
+    finds (or the languages, on a server of several sources)."""
     translated = {
         "translatedText": {"anyOf": [{"type": "string"}, _STRINGS]},
         "alternatives": {"anyOf": [_STRINGS, {"type": "array", "items": _STRINGS}]},
@@ -32,7 +32,7 @@ def answer_schemas(source: str) -> dict[str, dict]:
         },
     }
     detection = {
-        "language": {"type": "string", "enum": [source]},
+        "language": {"type": "string", "enum": [source] if isinstance(source, str) else source},
         "confidence": {"type": "number", "minimum": 0, "maximum": 100},
     }
     language = {"code": {"type": "string"}, "name": {"type": "string"}, "targets": _STRINGS}

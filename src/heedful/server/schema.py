@@ -131,15 +131,21 @@ def decoding(limits: ServerLimits) -> tuple[Field, ...]:
     )
 
 
-def translate_request(limits: ServerLimits, languages: tuple[str, str]) -> RequestSchema:
+def translate_request(
+    limits: ServerLimits, languages: tuple[str, str], pairs: tuple[tuple[str, str], ...] = ()
+) -> RequestSchema:
     """LibreTranslate's /translate, plus num_beams, max_new_tokens, return_attention and the
-    decoding fields."""
+    decoding fields. pairs: those of a server of several models or directions, whose codes
+    the source and target fields list (server/models.py routes each pair)."""
     src, tgt = languages
+    sources = tuple(dict.fromkeys(s for s, _ in pairs)) or (src,)
+    targets = tuple(dict.fromkeys(t for _, t in pairs)) or (tgt,)
+    auto = "auto: " + src if len(pairs) < 2 else "auto: the one source of the target's pairs"
     return RequestSchema(
         fields=(
             Texts("q", limits.max_chars, limits.max_items),
-            Language("source", (src, "auto"), languages, "auto: " + src),
-            Language("target", (tgt,), languages),
+            Language("source", (*sources, "auto"), languages, auto, pairs),
+            Language("target", targets, languages, None, pairs),
             Choice("format", ("text",)),
             *numbers(limits),
             Boolean("return_attention"),
@@ -172,6 +178,8 @@ class TranslateRequest:
     return_attention: bool = False
     sampling: dict | None = None  # temperature, top_k, top_p, seed: GenerationConfig's fields
     prefix: str | None = None  # every output starts with it
+    source: str = "auto"  # the pair asked for: server/models.py routes by it
+    target: str = ""
 
 
 def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
@@ -180,12 +188,7 @@ def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
     texts, is_list = schema["q"].read(data)
     source, target = schema["source"].read(data), schema["target"].read(data)
     if source not in schema["source"].enum or target not in schema["target"].enum:
-        src, tgt = schema["source"].pair
-        raise ApiError(
-            400,
-            f"unsupported language pair {source[:20]}→{target[:20]}: this model translates "
-            f"{src}→{tgt} (GET /languages)",
-        )
+        raise unsupported(source, target, schema["source"])
     schema["format"].read(data)
     schema["api_key"].read(data)
     return TranslateRequest(
@@ -195,6 +198,18 @@ def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
         schema["return_attention"].read(data),
         _sampling(data, schema),
         schema["prefix"].read(data),
+        source,
+        target,
+    )
+
+
+def unsupported(source: str, target: str, field: Language) -> ApiError:
+    """The 400 of a pair not served, naming the pairs that are."""
+    model, served = field.said().split(": ", 1)
+    return ApiError(
+        400,
+        f"unsupported language pair {source[:20]}→{target[:20]}: {model} translates {served} "
+        "(GET /languages)",
     )
 
 

@@ -78,6 +78,8 @@ class TranslationService:
                 400,
                 f"sample and prefix need the torch engine; this server runs {translator.engine}",
             )
+        if getattr(translator.src_tokenizer, "kind", None) == "image":  # it reads no text
+            raise ApiError(400, "this is an image captioning model: POST a picture to /caption")
         searches, attention_bytes = [], 0
         for i, text in enumerate(request.texts):
             source_tokens = len(translator.src_tokenizer.encode(text))

@@ -35,6 +35,7 @@ SCRIPTS = (
     "heads.js",
     "rnn.js",
     "replay.js",
+    "image.js",
     "calc.js",
     "calc_rnn.js",
     "pipeline.js",

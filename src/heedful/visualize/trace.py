@@ -76,6 +76,7 @@ class Trace:
     # what the calculation panels need besides the weights, shared by the hypotheses
     # (docs/trace-schema.md, "internals"); None when not recorded (too big, or an older trace)
     internals: dict | None = None
+    image: dict | None = None  # an image model's picture, grid and rollout (trace_image.py)
 
     def to_dict(self) -> dict:
         return {
@@ -95,6 +96,7 @@ class Trace:
                 for h in self.hypotheses
             ],
             "internals": self.internals,
+            **({"image": self.image} if self.image is not None else {}),
         }
 
     @classmethod
@@ -161,9 +163,7 @@ def _check_keys(data: Any, expected: set[str], optional: set[str], where: str) -
         raise ValueError(f"{where} has unknown keys {', '.join(unknown)}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Building a trace: Translator.search, then Translator.replay (teacher forcing) per hypothesis
-# ---------------------------------------------------------------------------------------------
+# ---- building a trace: Translator.search, then .replay (teacher forcing) per hypothesis ----
 
 
 def _rounded(x: torch.Tensor | None) -> list | None:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 MAX_TRACE_BYTES = 256 << 20  # far above any trace build_trace writes (internals are bounded)
+MAX_IMAGE_URI_CHARS = 2 << 20  # an image trace's picture: a 256-pixel PNG takes under 300,000
+IMAGE_URI_PREFIXES = ("data:image/png;base64,", "data:image/jpeg;base64,")
 ARCHS = ("transformer", "rnn")
 ATTENTIONS = ("multi-head", "none", "bahdanau", "luong-dot", "luong-general", "luong-concat",
               "luong-local-m", "luong-local-p")  # fmt: skip
@@ -39,6 +42,9 @@ def read_trace_json(path: Path) -> Any:
         raise ValueError("not valid JSON: nested too deeply") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"not valid JSON: {error}") from None
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 
 
 def _no_constant(name: str) -> None:
@@ -133,6 +139,32 @@ def check_trace(data: dict) -> None:
     c.numbers_within(data.get("internals"), "internals")
     for i, hypothesis in enumerate(data["hypotheses"]):
         _check_hypothesis(c, hypothesis, f"hypotheses[{i}]", s, dec, heads)
+    if data.get("image") is not None:
+        _check_image(c, data["image"], s)
+
+
+def _check_image(c: _Checker, image: Any, s: int) -> None:
+    """An image trace's picture (trace_image.py): a PNG or JPEG data URI of bounded size, which
+    the viewer puts in an <img> (never a URL it would fetch, nor markup), the grid of the S
+    regions and, for a ViT, the rollout [S][S]."""
+    c.kind(image, dict, "image", "an object or null")
+    if set(image) != {"data_uri", "grid", "rollout"}:
+        c.fail("image", "must have exactly the keys data_uri, grid and rollout")
+    uri = c.kind(image["data_uri"], str, "image.data_uri", "text")
+    if len(uri) > MAX_IMAGE_URI_CHARS:
+        c.fail("image.data_uri", f"{len(uri):,} characters, over the {MAX_IMAGE_URI_CHARS:,} "
+               "a trace's picture may have")  # fmt: skip
+    prefix = next((p for p in IMAGE_URI_PREFIXES if uri.startswith(p)), None)
+    payload = uri[len(prefix) :] if prefix else ""
+    if prefix is None or not payload or not _BASE64.fullmatch(payload):
+        c.fail("image.data_uri", f"expected a base64 PNG or JPEG data URI, got {_shown(uri)}")
+    grid = c.kind(image["grid"], list, "image.grid", "[rows, columns]")
+    if len(grid) != 2:
+        c.fail("image.grid", f"expected [rows, columns], got {_shown(grid)}")
+    rows, columns = (c.count(n, f"image.grid[{i}]", 4096) for i, n in enumerate(grid))
+    if rows * columns != s:
+        c.fail("image.grid", f"{rows} × {columns} regions, but the trace has {s} (S)")
+    c.optional_array(image["rollout"], [(s, "S"), (s, "S")], "image.rollout", weights=True)
 
 
 def _check_hypothesis(c: _Checker, h: dict, where: str, s: int, layers: int, heads: int) -> None:

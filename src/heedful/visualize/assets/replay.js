@@ -108,6 +108,7 @@ function renderReplay() {
   state.step = t;
   renderProgress(tokens, t);
   renderSourceAttention(t);
+  renderImage(t); // image.js: the picture, for an image model's trace
   renderCandidates(h, tokens, t);
   renderRNN(h, t);
 }

@@ -97,12 +97,13 @@ function init() {
   initHeatmaps();
   initHeadView();
   initReplay();
+  initImage();
   initPipeline();
   initAnim();
   initBlock();
   initTabs();
   for (const name of Object.keys(VIEWS)) state.dirty.add(name);
-  showTab(available("cross") ? "matrix" : "replay");
+  showTab(available("cross") && !image ? "matrix" : "replay"); // a picture opens on its replay
   $("calc-close").addEventListener("click", closeCalc);
   if (root.dataset.open) openCell(JSON.parse(root.dataset.open));
 }

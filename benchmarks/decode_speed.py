@@ -1,0 +1,370 @@
+"""Decoding speed of heedful's own PyTorch search against CTranslate2 float32, alternated.
+
+    python benchmarks/decode_speed.py --model benchmarks/work/m30k-transformer/best
+    python benchmarks/decode_speed.py --model ... --baseline /tmp/heedful-head/src   # A/B a change
+    python benchmarks/decode_speed.py --model ... --avx2       # as an AVX2-only CPU would run it
+    python benchmarks/decode_speed.py --report                 # only rewrite docs/benchmarks.md
+
+One trained Transformer translates the first --sentences lines of Multi30k test2016 (batch 64,
+greedy and beam 5, 2 threads), each way in a long-lived worker process of its own (each engine
+loads once; the libraries read their instruction-set caps when they load), in rounds: every
+round times every way once, in a rotated order, so that what else runs on the machine falls on
+all of them alike. Speed is the median over rounds; the ratio to CTranslate2 is the median of
+the per-round ratios. --baseline names another heedful source tree (e.g. `git archive HEAD src`
+unpacked) run as a third way: a change's effect, measured beside it.
+
+Then one worker translates the first 256 sentences under torch.profiler, and the search's time
+is split by what it is spent on (see `breakdown`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from report import machine, write_section  # benchmarks/report.py
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
+REPORT = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "benchmarks" / "results"
+BEGIN, END = "<!-- decode-speed:begin -->", "<!-- decode-speed:end -->"
+THREADS = 2
+BATCH = 64
+BEAMS = (1, 5)
+PROFILED = 256  # sentences translated under the profiler
+AVX2 = {  # as benchmarks/int8_per_cpu.py: how an AVX2-only machine of our kind is reproduced
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "CT2_FORCE_CPU_ISA": "AVX2",
+}
+
+
+# ---- the worker: one engine, loaded once, timing what it is asked to ------------------------
+
+
+def worker(way: str, model: Path, sentences: int, threads: int) -> None:
+    """Read commands from stdin ('1', '5': translate with that many beams; 'profile N'), answer
+    one JSON line each on stdout."""
+    import torch
+
+    from heedful.runtime import load_translator
+
+    torch.set_num_threads(threads)
+    sources = (CORPUS / "test2016.en").read_text(encoding="utf-8").splitlines()[:sentences]
+    engine = "ctranslate2" if way == "ctranslate2" else "torch"
+    translator = load_translator(model, engine, threads=threads)
+    for beams in BEAMS:  # warm-up: first-touch allocations, lazily built kernels
+        translator.translate(sources[:BATCH], num_beams=beams, batch_size=BATCH)
+    print(json.dumps({"ready": way}), flush=True)
+    for line in sys.stdin:
+        command = line.split()
+        if command[0] == "profile":
+            answer = breakdown(translator, sources[:PROFILED], int(command[1]))
+        else:
+            start, cpu = time.perf_counter(), time.process_time()
+            found = translator.translate(sources, num_beams=int(command[0]), batch_size=BATCH)
+            answer = {"seconds": time.perf_counter() - start, "texts": [t.text for t in found],
+                      "cpu_seconds": time.process_time() - cpu}  # fmt: skip
+        print(json.dumps(answer), flush=True)
+
+
+def _labelled(owner, name: str, label: str) -> None:
+    """Wrap owner.name (a method) in a profiler label."""
+    import torch
+
+    method = getattr(owner, name)
+
+    def wrapped(*args, **kwargs):
+        with torch.profiler.record_function(label):
+            return method(*args, **kwargs)
+
+    setattr(owner, name, wrapped)
+
+
+CATEGORIES = {  # profiler label -> the row it is counted in
+    "encode": "encoder (and the cross-attention K, V of the source)",
+    "init_state": "encoder (and the cross-attention K, V of the source)",
+    "self_attention": "decoder self-attention (QKV, attention, W_O)",
+    "kv_cache": "self-attention cache: writes and beam reordering",
+    "cross_attention": "decoder cross-attention (Q, attention, W_O)",
+    "feed_forward": "decoder feed-forward",
+    "output_layer": "output layer (d_model -> vocabulary)",
+    "reorder": "state and memory reordering (beams, finished sentences)",
+}
+
+
+def breakdown(translator, sources: list[str], beams: int) -> dict:
+    """Where one translation of `sources` spends its time: each torch operator's own time, in
+    the row of the innermost part of the model it ran in (labels put on the model's methods,
+    here only, for this profile), or by its name (layer norm, log_softmax, embedding) in the
+    search's own loop. 'Python and other' is the wall time not spent in any operator: the
+    interpreter, allocation, and the profiler's own overhead (which inflates it)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from heedful.models import transformer as tr
+
+    model = translator.model
+    _labelled(model, "encode", "encode")
+    _labelled(model, "init_state", "init_state")
+    _labelled(model, "decode_step", "decode_step")
+    _labelled(model.generator, "forward", "output_layer")
+    for layer in model.decoder_layers:
+        _labelled(layer.self_attn, "project_qkv", "self_attention")
+        _labelled(layer.self_attn, "attend_heads", "self_attention")
+        _labelled(layer.cross_attn, "attend_projected", "cross_attention")
+        _labelled(layer.feed_forward, "forward", "feed_forward")
+    for name in ("append", "of", "index_select"):
+        _labelled(tr.KVCache, name, "kv_cache")
+    _labelled(tr.TransformerState, "index_select", "reorder")
+    _labelled(tr.TransformerMemory, "index_select", "reorder")
+    translator.translate(sources[:BATCH], num_beams=beams, batch_size=BATCH)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        translator.translate(sources, num_beams=beams, batch_size=BATCH)
+        wall = time.perf_counter() - start
+    rows: dict[str, float] = {}
+    syncs = 0
+    for event in prof.events():
+        if event.name in CATEGORIES or not event.name.startswith("aten::"):
+            continue
+        if event.name in ("aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"):
+            syncs += event.name == "aten::_local_scalar_dense"
+        row = _category(event)
+        rows[row] = rows.get(row, 0.0) + event.self_cpu_time_total / 1e6
+    rows["Python and other (outside operators)"] = wall - sum(rows.values())
+    return {"wall": wall, "rows": rows, "scalar_reads": syncs, "sentences": len(sources)}
+
+
+def _category(event) -> str:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name in CATEGORIES:
+            return CATEGORIES[parent.name]
+        parent = parent.cpu_parent
+    if not _under(event, "decode_step"):
+        return "search: top-k, scores, bookkeeping"
+    if "layer_norm" in event.name:
+        return "decoder layer norms"
+    if "log_softmax" in event.name:
+        return "log_softmax over the vocabulary"
+    return "decoder: embedding, residual adds, other"
+
+
+def _under(event, name: str) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name == name:
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+# ---- the driver ---------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, way: str, args, env: dict):
+        command = [sys.executable, __file__, "--worker", way, "--model", str(args.model),
+                   "--sentences", str(args.sentences), "--threads", str(args.threads)]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.ask_nothing()
+
+    def ask_nothing(self) -> None:
+        answer = json.loads(self.process.stdout.readline())
+        if "ready" not in answer:
+            raise RuntimeError(f"worker did not start: {answer}")
+
+    def ask(self, command: str) -> dict:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.process.args} ended")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def run(args) -> dict:
+    import torch
+
+    torch.set_num_threads(args.threads)  # as the workers, for machine()'s description
+    load = [os.getloadavg()[0]]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), **(AVX2 if args.avx2 else {}))
+    bench_env = dict(env, PYTHONPATH=str(ROOT / "src"))
+    ways = {"heedful": bench_env, "ctranslate2": bench_env}
+    if args.baseline:
+        ways["baseline"] = dict(env, PYTHONPATH=str(args.baseline.resolve()))
+    workers = {way: Worker(way, args, e) for way, e in ways.items()}
+    names = list(workers)
+    times = {b: {w: [] for w in names} for b in BEAMS}
+    cpu = {b: {w: [] for w in names} for b in BEAMS}
+    same = {b: {} for b in BEAMS}
+    try:
+        for r in range(args.rounds):
+            for beams in BEAMS:
+                order = names[r % len(names) :] + names[: r % len(names)]
+                texts = {}
+                for way in order:
+                    answer = workers[way].ask(str(beams))
+                    times[beams][way].append(answer["seconds"])
+                    cpu[beams][way].append(answer["cpu_seconds"])
+                    texts[way] = answer["texts"]
+                    print(
+                        f"round {r + 1} beam {beams} {way}: {answer['seconds']:.2f} s", flush=True
+                    )
+                for way in names:
+                    agree = sum(a == b for a, b in zip(texts[way], texts["heedful"]))
+                    same[beams][way] = agree / len(texts["heedful"])
+        profiles = {b: workers["heedful"].ask(f"profile {b}") for b in BEAMS}
+    finally:
+        for w in workers.values():
+            w.close()
+    searches = {}
+    for beams in BEAMS:
+        t, c = times[beams], cpu[beams]
+        searches[str(beams)] = {
+            way: {
+                "sentences_per_s": args.sentences / statistics.median(t[way]),
+                "seconds": t[way],
+                "vs_heedful": statistics.median(h / x for h, x in zip(t["heedful"], t[way])),
+                "cpu_vs_heedful": statistics.median(h / x for h, x in zip(c["heedful"], c[way])),
+                "same_as_heedful": same[beams][way],
+            }
+            for way in names
+        }
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "avx2": args.avx2,
+        "threads": args.threads,
+        "load": load + [os.getloadavg()[0]],
+        "command": " ".join(["python", "benchmarks/decode_speed.py", *sys.argv[1:]]),
+        "sentences": args.sentences,
+        "rounds": args.rounds,
+        "searches": searches,
+        "profiles": {str(b): p for b, p in profiles.items()},
+    }
+
+
+# ---- the report ---------------------------------------------------------------------------
+
+
+def report(results: list[dict]) -> str:
+    lines = [
+        BEGIN,
+        "## Decoding from PyTorch against CTranslate2 float32",
+        "",
+        "Multi30k test2016, the Transformer of benchmarks/work/m30k-transformer (3+3 layers, "
+        f"d_model 256, 8k vocabulary), batch {BATCH}. Each way in its own "
+        "worker process, alternated in rounds (median over rounds); vs heedful = heedful's time "
+        "/ this way's time, the median of the per-round ratios (above 1: faster than heedful). "
+        "same = outputs identical to heedful's. baseline = the code before this change (git "
+        "HEAD's src/). CPU time: the same ratio of the processes' CPU seconds, which other "
+        "work on the machine disturbs less than wall time (with 1 thread, it is the work done; "
+        "with 2, it includes OpenMP's spinning).",
+    ]
+    for result in results:
+        isa = "AVX2 forced (" + ", ".join(f"{k}={v}" for k, v in AVX2.items()) + ")"
+        lines += [
+            "",
+            f"**{isa if result['avx2'] else 'native'}, {result['threads']} thread(s)**: "
+            f"{result['date']}, {result['machine']}; "
+            f"{result['sentences']} sentences, {result['rounds']} rounds. {shared(result)}",
+            "",
+            f"    {result['command']}",
+            "",
+            "| search | way | sentences/s | vs heedful | CPU time: vs heedful | same |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for beams, row in result["searches"].items():
+            search = "greedy" if beams == "1" else f"beam {beams}"
+            for way, entry in row.items():
+                lines.append(
+                    f"| {search} | {way} | {entry['sentences_per_s']:.1f} | "
+                    f"{entry['vs_heedful']:.2f}x | {_ratio(entry.get('cpu_vs_heedful'))} | "
+                    f"{100 * entry['same_as_heedful']:.1f}% |"
+                )
+    # the profile of the native run with the fewest threads: the least disturbed by other work
+    profiled = min(results, key=lambda r: (r["avx2"], r["threads"]))
+    lines += ["", _profile_table(profiled["profiles"], profiled["threads"]), END]
+    return "\n".join(lines)
+
+
+def shared(result: dict) -> str:
+    """What else ran: the 1-minute load average at the start and the end of the run."""
+    if "load" not in result:
+        return ""
+    start, end = result["load"]
+    return (f"Load average {start:.1f} at the start, {end:.1f} at the end: the cores were "
+            "shared with other work.")  # fmt: skip
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def _profile_table(profiles: dict, threads: int) -> str:
+    first = next(iter(profiles.values()))
+    rows = list(dict.fromkeys(r for p in profiles.values() for r in p["rows"]))
+    header = " | ".join("greedy" if b == "1" else f"beam {b}" for b in profiles)
+    lines = [
+        f"Where heedful's search spends its time ({first['sentences']} sentences under "
+        f"torch.profiler, native, {threads} thread(s); each operator's own time in the "
+        "innermost part of the model it ran in, share of the wall time; the profiler inflates "
+        "the Python share):",
+        "",
+        f"| part | {header} |",
+        "|---|" + "---:|" * len(profiles),
+    ]
+    for row in sorted(rows, key=lambda r: -first["rows"].get(r, 0.0)):
+        cells = [f"{100 * p['rows'].get(row, 0.0) / p['wall']:.1f}%" for p in profiles.values()]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    walls = " | ".join(f"{p['wall']:.2f} s" for p in profiles.values())
+    reads = " | ".join(str(p["scalar_reads"]) for p in profiles.values())
+    lines += [f"| wall time | {walls} |", f"| scalar reads (.item(), bool()) | {reads} |"]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model", type=Path, default=ROOT / "benchmarks/work/m30k-transformer/best"
+    )
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, help="another heedful src/ tree, run beside")
+    parser.add_argument("--avx2", action="store_true", help="cap every library at AVX2")
+    parser.add_argument("--threads", type=int, default=THREADS)
+    parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.model, args.sentences, args.threads)
+        return
+    if not args.report:
+        result = run(args)
+        name = f"decode-speed{'-avx2' if args.avx2 else ''}-{args.threads}t.json"
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
+    results = [json.loads(p.read_text()) for p in RESULTS.glob("decode-speed*t.json")]
+    results.sort(key=lambda r: (r["avx2"], -r["threads"]))  # native 2 threads first
+    write_section(REPORT, BEGIN, END, report(results))
+    print(f"wrote {REPORT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""Where a training step's time goes, per operator, and what removing our own overhead gains.
+
+    python benchmarks/profile_training.py            # ~5 minutes; needs ../shared/corpora/multi30k
+    python benchmarks/profile_training.py --report   # only rewrite docs/benchmarks.md
+
+The Transformer of the vs-JoeyNMT benchmark (3+3 layers, d_model 256, 4 heads, d_ff 1024,
+dropout 0.1, 8k joint vocabulary, batches of 3,000 tokens; benchmarks/report.py builds it)
+trains as heedful's loop trains it: label-smoothed cross-entropy summed over tokens, backward,
+gradient clipping at 1.0, Adam (training_state.make_optimizer with the default TrainConfig).
+The loss is already F.cross_entropy on the logits with label smoothing (no separate
+log_softmax), so it is not a variant here.
+
+1. Profile: --profile-steps steps under torch.profiler after a warm-up; each operator's own
+   time is put in one row (matmuls, attention, softmax, layer norm, embedding, the output layer,
+   the loss, the optimizer step, data collation, ...), as a share of the steps' wall time, and
+   the model FLOP/s (vs_joeynmt.forward_flops, 3 x forward) against the machine's matmul limit
+   (vs_joeynmt.matmul_gflops, measured in the same run).
+2. Variants, each a copy of the same model and optimizer, alternated in rounds over the same
+   batches, so that the other work on the machine falls on all of them alike; each variant's
+   ratio to the baseline is the median of its per-round ratios of target tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from decode_speed import shared  # benchmarks/decode_speed.py
+from report import machine, multi30k_transformer, write_section  # benchmarks/report.py
+from vs_joeynmt import forward_flops, matmul_gflops  # benchmarks/vs_joeynmt.py
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
+REPORT = ROOT / "docs" / "benchmarks.md"
+RESULT = ROOT / "benchmarks" / "results" / "profile-training.json"
+BEGIN, END = "<!-- profile-training:begin -->", "<!-- profile-training:end -->"
+THREADS = 2
+VOCAB = 8000
+LABELS = ("collate", "forward", "loss", "backward", "clip", "optimizer")
+
+
+class Trainer:
+    """One model and its optimizer, stepping as heedful.training does (without its logging)."""
+
+    def __init__(self, model, tensors, optimizer_options: dict | None = None):
+        """optimizer_options: None for heedful's own optimizer (make_optimizer), else Adam's
+        options for a variant."""
+        import torch
+
+        from heedful.config import TrainConfig
+        from heedful.training_state import make_optimizer, parameter_groups
+
+        self.model, self.tensors, self.config = model, tensors, TrainConfig()
+        self.optimizer = make_optimizer(model, self.config)
+        if optimizer_options is not None:
+            groups = parameter_groups(model, self.config.weight_decay)
+            c = self.config
+            self.optimizer = torch.optim.Adam(groups, lr=c.lr, betas=c.betas, **optimizer_options)
+
+    def step(self, batch) -> int:
+        from torch import nn
+        from torch.profiler import record_function
+
+        from heedful.training import sequence_loss
+
+        with record_function("collate"):
+            src, tgt_in, tgt_out = self.tensors(batch)
+            tokens = int((tgt_out != 0).sum())
+        self.optimizer.zero_grad(set_to_none=True)
+        with record_function("forward"):
+            logits = self.model(src, tgt_in).logits
+        with record_function("loss"):
+            loss = sequence_loss(logits, tgt_out, self.config.label_smoothing, "sum")
+        with record_function("backward"):
+            (loss / tokens).backward()
+        with record_function("clip"):
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
+        with record_function("optimizer"):
+            self.optimizer.step()
+        return tokens
+
+
+def batch_flops(batch, tensors) -> float:
+    """Training FLOPs of a batch: 3 x forward_flops over its pairs' real lengths."""
+    src, _, tgt_out = tensors(batch)
+    s_len, t_len = (src != 0).sum(1).tolist(), (tgt_out != 0).sum(1).tolist()
+    return 3 * sum(forward_flops(s, t) for s, t in zip(s_len, t_len))
+
+
+# ---- 1. the profile ---------------------------------------------------------------------------
+
+
+def profile(trainer: Trainer, batches, tensors) -> dict:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for batch in batches[:3]:
+        trainer.step(batch)
+    with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        start = time.perf_counter()
+        tokens = sum(trainer.step(batch) for batch in batches[3:])
+        wall = time.perf_counter() - start
+    rows: dict[str, float] = {}
+    for event in prof.events():
+        if event.name in LABELS or not event.name.startswith("aten::"):
+            continue
+        row = category(event)
+        rows[row] = rows.get(row, 0.0) + event.self_cpu_time_total / 1e6
+    rows["Python and other (outside operators)"] = wall - sum(rows.values())
+    flops = sum(batch_flops(b, tensors) for b in batches[3:])
+    return {"wall": wall, "steps": len(batches) - 3, "tokens": tokens, "flops": flops,
+            "rows": rows}  # fmt: skip
+
+
+def category(event) -> str:
+    """The row of one operator: by the step's part it ran in, then by its name."""
+    label = _label(event)
+    name = event.name
+    if label in ("collate", "clip"):
+        return {"collate": "data collation", "clip": "gradient clipping"}[label]
+    if label == "optimizer":
+        return "optimizer step (Adam)"
+    if label == "loss" or "nll_loss" in name or ("log_softmax" in name and _vocab_wide(event)):
+        return "loss: log_softmax, NLL, label smoothing (8k vocabulary)"
+    if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"):
+        return "output layer matmuls (d_model x 8k)" if _vocab_wide(event) else "matmuls"
+    if "scaled_dot_product" in name or "softmax" in name:
+        return "attention: softmax(QK^T)V kernels"
+    if "layer_norm" in name:
+        return "layer norm"
+    if "embedding" in name:
+        return "embedding lookups"
+    if "dropout" in name or "bernoulli" in name:
+        return "dropout"
+    if name in ("aten::copy_", "aten::clone", "aten::contiguous", "aten::cat"):
+        return "copies (contiguous, cat)"
+    if name in ("aten::fill_", "aten::zero_", "aten::zeros", "aten::empty", "aten::zeros_like"):
+        return "allocation and zeroing"
+    return "elementwise and other (adds, ReLU, masks, sums)"
+
+
+def _label(event) -> str | None:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name in LABELS:
+            return parent.name
+        parent = parent.cpu_parent
+    return None
+
+
+def _vocab_wide(event) -> bool:
+    return any(VOCAB in shape for shape in event.input_shapes if isinstance(shape, list))
+
+
+# ---- 2. the variants --------------------------------------------------------------------------
+
+
+def separate_qkv_in_training(on: bool) -> None:
+    """A variant: self-attention's Q, K, V from three products when training, as heedful did
+    before stacked.py (K and V first, then Q)."""
+    import torch
+
+    from heedful.attention import MultiHeadAttention
+
+    original = MultiHeadAttention.__dict__.get("_original_project_qkv")
+    if original is None:
+        original = MultiHeadAttention.project_qkv
+        MultiHeadAttention._original_project_qkv = original
+
+    def project_qkv(self, x):
+        if not torch.is_grad_enabled():
+            return original(self, x)
+        k, v = self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
+        return self.split_heads(self.w_q(x)), k, v
+
+    MultiHeadAttention.project_qkv = project_qkv if on else original
+
+
+VARIANTS = {  # name -> (Adam's options, separate Q, K, V products in training)
+    "Adam, for-loop (heedful before)": ({"foreach": False}, True),
+    "Adam foreach=True": ({"foreach": True}, True),
+    "Adam fused=True": ({"fused": True}, True),
+    "Adam fused=True + one QKV product in training (heedful now)": ({"fused": True}, False),
+}
+
+
+def variants(model, batches, tensors, rounds: int, steps: int) -> dict:
+    trainers = {name: Trainer(copy.deepcopy(model), tensors, opts)
+                for name, (opts, _) in VARIANTS.items()}  # fmt: skip
+    rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for r in range(rounds):
+        names = list(VARIANTS)
+        names = names[r % len(names) :] + names[: r % len(names)]
+        chunk = [batches[(r * steps + i) % len(batches)] for i in range(steps)]
+        for name in names:
+            separate_qkv_in_training(VARIANTS[name][1])
+            trainers[name].step(chunk[0])  # one step unmeasured: the caches of this variant
+            start = time.perf_counter()
+            tokens = sum(trainers[name].step(batch) for batch in chunk[1:])
+            rates[name].append(tokens / (time.perf_counter() - start))
+            print(f"round {r + 1} {name}: {rates[name][-1]:.0f} tok/s", flush=True)
+    separate_qkv_in_training(False)
+    base = rates[next(iter(VARIANTS))]
+    return {
+        name: {
+            "tokens_per_s": statistics.median(rate),
+            "rates": rate,
+            "vs_baseline": statistics.median(a / b for a, b in zip(rate, base)),
+        }
+        for name, rate in rates.items()
+    }
+
+
+# ---- the run and the report -------------------------------------------------------------------
+
+
+def run(args) -> dict:
+    import torch
+
+    load = os.getloadavg()[0]
+    torch.set_num_threads(THREADS)
+    matmul = matmul_gflops()
+    model, batches, tensors = multi30k_transformer(CORPUS)
+    prof = profile(
+        Trainer(copy.deepcopy(model), tensors), batches[: 3 + args.profile_steps], tensors
+    )
+    rest = batches[3 + args.profile_steps :] or batches
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "load": [load, os.getloadavg()[0]],
+        "command": " ".join(["python", "benchmarks/profile_training.py", *sys.argv[1:]]),
+        "matmul": matmul,
+        "profile": prof,
+        "variants": variants(model, rest, tensors, args.rounds, args.steps_per_round),
+        "rounds": args.rounds,
+        "steps_per_round": args.steps_per_round,
+    }
+
+
+def report(result: dict) -> str:
+    p, limit = result["profile"], result["matmul"]["limit"]
+    gflops = p["flops"] / p["wall"] / 1e9
+    lines = [
+        BEGIN,
+        "## Where a training step's time goes",
+        "",
+        f"{result['date']}, {result['machine']}. {shared(result)}",
+        "",
+        f"    {result['command']}",
+        "",
+        "The Transformer of the vs-JoeyNMT benchmark (3+3 layers, d_model 256, 4 heads, d_ff "
+        "1024, 8k vocabulary, batches of 3,000 tokens), trained as heedful trains it. "
+        f"{p['steps']} steps under torch.profiler after 3 of warm-up: each operator's own time in "
+        "one row, by the part of the step it ran in (collation, loss, clipping, optimizer) and "
+        "then by its name; 'Python and other' is the wall time outside any operator.",
+        "",
+        "| part | seconds | share of step time |",
+        "|---|---:|---:|",
+    ]
+    for row, seconds in sorted(p["rows"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {row} | {seconds:.2f} | {100 * seconds / p['wall']:.1f}% |")
+    lines += [
+        f"| all | {p['wall']:.2f} | 100% |",
+        "",
+        f"Under the profiler: {p['tokens'] / p['wall']:.0f} target tok/s, model FLOPs "
+        f"(vs_joeynmt.forward_flops, 3 x forward) at {gflops:.0f} GFLOP/s = "
+        f"**{100 * gflops / limit:.0f}% of the matmul limit** ({limit:.0f} GFLOP/s measured in "
+        "the same run).",
+        "",
+        f"Changes, each on its own copy of the model, alternated over {result['rounds']} rounds "
+        f"of {result['steps_per_round']} steps (the first of each unmeasured); ratio = median "
+        "of the per-round ratios to the baseline's target tok/s:",
+        "",
+        "| variant | target tok/s | vs baseline |",
+        "|---|---:|---:|",
+    ]
+    for name, v in result["variants"].items():
+        lines.append(f"| {name} | {v['tokens_per_s']:.0f} | {v['vs_baseline']:.2f}x |")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile-steps", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps-per-round", type=int, default=6)
+    parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
+    args = parser.parse_args()
+    if not args.report:
+        result = run(args)
+        RESULT.parent.mkdir(parents=True, exist_ok=True)
+        RESULT.write_text(json.dumps(result, indent=2) + "\n")
+    write_section(REPORT, BEGIN, END, report(json.loads(RESULT.read_text())))
+    print(f"wrote {REPORT}")
+
+
+if __name__ == "__main__":
+    main()

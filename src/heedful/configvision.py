@@ -1,0 +1,128 @@
+"""The model config's image keys (issue 12): which encoder reads the source, and its checks.
+
+`model.encoder` is `text` (token ids, the default), `cnn`, `vit` or `torchvision:<name>`; the
+image encoders read size × size pictures (models/vision.py). Kept apart from config.py so that
+the text models' config reads as it did; no torch here either.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from heedful.configfile import ConfigError
+
+ENCODERS = ("text", "cnn", "vit", "torchvision:<name>")
+# The keys only some image encoders read; a text model reads none of them.
+IMAGE_KEYS = {
+    "cnn": (
+        "image_size",
+        "cnn_channels",
+        "cnn_blocks",
+        "cnn_coords",
+        "cnn_layers",
+        "attention_penalty",
+    ),  # fmt: skip
+    "vit": ("image_size", "patch_size", "attention_penalty"),
+    "torchvision": ("image_size", "encoder_weights", "attention_penalty"),
+}
+ALL_IMAGE_KEYS = (
+    "encoder",
+    "image_size",
+    "patch_size",
+    "cnn_channels",
+    "cnn_blocks",
+    "cnn_coords",
+    "cnn_layers",
+    "encoder_weights",
+    "attention_penalty",
+)
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def encoder_kind(encoder: str) -> str:
+    """text | cnn | vit | torchvision (for torchvision:<name>)."""
+    return "torchvision" if encoder.startswith("torchvision:") else encoder
+
+
+def check_encoder(c) -> None:
+    """The image keys of a ModelConfig `c`, alone and against the decoder they feed."""
+    kind = encoder_kind(c.encoder)
+    if kind not in ("text", "cnn", "vit", "torchvision"):
+        raise ConfigError(f"model.encoder: {c.encoder!r} is not one of {', '.join(ENCODERS)}")
+    if kind == "torchvision" and not _NAME.fullmatch(c.encoder.removeprefix("torchvision:")):
+        raise ConfigError(
+            f"model.encoder: {c.encoder!r} does not name a torchvision model "
+            "(torchvision:resnet18, say)"
+        )
+    for name in ("image_size", "patch_size", "cnn_channels", "cnn_blocks"):
+        if getattr(c, name) < 1:
+            raise ConfigError(f"model.{name}: must be > 0, got {getattr(c, name)}")
+    if not isinstance(c.cnn_coords, bool):
+        raise ConfigError(f"model.cnn_coords: must be true or false, got {c.cnn_coords!r}")
+    if isinstance(c.cnn_layers, bool) or not isinstance(c.cnn_layers, int) or c.cnn_layers < 0:
+        raise ConfigError(f"model.cnn_layers: must be a whole number >= 0, got {c.cnn_layers!r}")
+    if not (math.isfinite(c.attention_penalty) and c.attention_penalty >= 0):
+        raise ConfigError(f"model.attention_penalty: must be >= 0, got {c.attention_penalty}")
+    if kind == "text":
+        return
+    if kind == "vit" and c.arch != "transformer":
+        raise ConfigError(
+            "model.encoder vit: its encoder is Transformer layers; use model.arch "
+            "transformer (an RNN decoder reads cnn or torchvision regions)"
+        )
+    if kind == "vit" and c.image_size % c.patch_size:
+        raise ConfigError(
+            f"model.patch_size ({c.patch_size}) must divide model.image_size "
+            f"({c.image_size}): patches would leave pixels out"
+        )
+    if kind == "cnn" and c.image_size < 2**c.cnn_blocks:
+        raise ConfigError(
+            f"model.cnn_blocks: {c.cnn_blocks} blocks halve a {c.image_size}-pixel "
+            "image to nothing; use fewer blocks or a larger model.image_size"
+        )
+    if kind == "cnn" and c.cnn_layers and c.arch != "transformer":
+        raise ConfigError(
+            "model.cnn_layers: the CNN's encoder layers take model.num_heads and model.d_ff, "
+            "which only arch transformer reads; use arch transformer or cnn_layers: 0"
+        )
+    if c.arch == "rnn":
+        _check_rnn_decoder(c)
+
+
+def _check_rnn_decoder(c) -> None:
+    if c.attention.startswith("luong-local"):
+        raise ConfigError(
+            f"model.attention {c.attention}: local attention centres a window on "
+            "a position of a sequence; image regions lie on a grid"
+        )
+    if c.copy:
+        raise ConfigError("model.copy: a caption cannot copy words from an image")
+    if c.attention == "none" and c.attention_penalty > 0:
+        raise ConfigError("model.attention_penalty: regularises attention; this decoder has none")
+
+
+def unused_image_keys(c) -> set[str]:
+    """The image keys a model of this encoder does not read (all of them for text)."""
+    kind = encoder_kind(c.encoder)
+    if kind == "text":
+        return set(ALL_IMAGE_KEYS)
+    unused = set(ALL_IMAGE_KEYS) - {"encoder", *IMAGE_KEYS[kind]}
+    if kind == "torchvision" and c.encoder_weights is None:
+        unused.add("encoder_weights")
+    if kind != "vit":  # the regions go to the decoder as they are: no encoder layers
+        unused.add("encoder_layers")
+    return unused
+
+
+def check_given_image(c, given: set[str], defaults, prefix: str) -> None:
+    """An image key given for an encoder that does not read it is an error, as for the other
+    family's keys, unless it holds its default."""
+    ignored = unused_image_keys(c) - {"encoder"}
+    for key in sorted(given & ignored):
+        if getattr(c, key) != getattr(defaults, key):
+            users = [k for k, keys in IMAGE_KEYS.items() if key in keys] or ["text", "vit"]
+            raise ConfigError(
+                f"{prefix}{key}: only model.encoder {' / '.join(users)} uses it, this model's "
+                f"is {c.encoder}; remove the key"
+            )

@@ -1,0 +1,55 @@
+"""Tiny image-captioning model directories for plumbing tests (viewer, PNG command, server):
+built untrained with a fixed seed, so they take milliseconds and caption the same every run.
+What they say is nonsense; where they look is a real model's attention all the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SIZE = 16  # pixels: a 4 × 4 grid of 4-pixel patches, or of a CNN's cells after two blocks
+CAPTIONS = ["a small red circle left of a blue square", "two green triangles"]
+
+
+def image_model_dir(out: Path, encoder: str = "vit", seed: int = 1) -> Path:
+    """A saved image model: ViT under a Transformer decoder, or a CNN under the RNN decoder
+    with Bahdanau attention (Show, Attend and Tell)."""
+    from heedful.checkpoint import save_model_dir
+    from heedful.config import GenerationConfig, ModelConfig
+    from heedful.data.image_pairs import ImageSource
+    from heedful.data.images import ImageTransform
+    from heedful.data.tokenizers import SPECIALS, CharTokenizer
+    from heedful.models.build import build_model
+
+    if encoder == "vit":
+        config = ModelConfig(
+            arch="transformer", encoder="vit", image_size=SIZE, patch_size=4, d_model=16,
+            num_heads=2, encoder_layers=2, decoder_layers=1, d_ff=32, dropout=0.0, norm="pre",
+        )  # fmt: skip
+    else:
+        config = ModelConfig(
+            arch="rnn", encoder="cnn", image_size=SIZE, cnn_channels=4, cnn_blocks=2,
+            d_model=16, hidden_size=16, attention="bahdanau", dropout=0.0,
+        )  # fmt: skip
+    tokenizer = CharTokenizer.train(CAPTIONS)
+    torch.manual_seed(seed)
+    model = build_model(config, len(SPECIALS), len(tokenizer))
+    generation = GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=6)
+    source = ImageSource(ImageTransform(size=SIZE))
+    return save_model_dir(out, model, config, source, tokenizer, generation, ("image", "en"))
+
+
+def picture(seed: int = 0, height: int = 24, width: int = 32) -> np.ndarray:
+    """(H, W, 3) uint8: random blocks of colour, not square (the centre crop matters)."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, size=(height // 8, width // 8, 3), dtype=np.uint8)
+    return np.kron(blocks, np.ones((8, 8, 1), dtype=np.uint8))
+
+
+def png_file(path: Path, pixels: np.ndarray) -> Path:
+    from PIL import Image
+
+    Image.fromarray(pixels).save(path)
+    return path

@@ -1,0 +1,251 @@
+"""What makes decoding fast must not change what it computes: the fused Q, K, V projections,
+the preallocated self-attention cache (KVCache), greedy search dropping finished sentences, and
+beam search stopping once its n_best answers are certain."""
+
+import copy
+import pickle
+
+import pytest
+import torch
+
+from heedful.attention import MultiHeadAttention
+from heedful.config import ModelConfig
+from heedful.decoding import beam_search, greedy_search
+from heedful.models.build import build_model
+from heedful.models.transformer import KVCache, TransformerState
+from heedful.stacked import stacked_weights
+
+BOS, EOS = 1, 2
+
+
+def separate(mha: MultiHeadAttention, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Q, K, V of x, each from its own nn.Linear: what the fused product must equal."""
+    return tuple(mha.split_heads(w(x)) for w in (mha.w_q, mha.w_k, mha.w_v))
+
+
+def mha64(seed=0) -> MultiHeadAttention:
+    torch.manual_seed(seed)
+    return MultiHeadAttention(16, 4).double()
+
+
+def test_fused_projections_equal_the_separate_ones_in_float64():
+    mha, x = mha64(), torch.randn(3, 5, 16, dtype=torch.float64)
+    with torch.no_grad():
+        fused = mha.project_qkv(x)
+        kv = mha.project_kv(x, x)
+        assert stacked_weights(mha, ("w_q", "w_k", "w_v")) is not None  # the fused path did run
+    for got, want in zip([*fused, *kv], [*separate(mha, x), *separate(mha, x)[1:]]):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("change", ["in place", "load_state_dict", "new parameter", "dtype"])
+def test_fused_weights_follow_every_change_of_the_weights(change):
+    mha, x = mha64(), torch.randn(2, 4, 16, dtype=torch.float64)
+    with torch.no_grad():
+        mha.project_qkv(x)  # builds the fused copy
+        if change == "in place":  # what an optimizer step does
+            mha.w_k.weight.add_(1.0)
+        elif change == "load_state_dict":
+            mha.load_state_dict(mha64(seed=1).state_dict())
+        elif change == "new parameter":
+            mha.w_v.weight = torch.nn.Parameter(torch.randn(16, 16, dtype=torch.float64))
+        else:
+            mha.float()
+            x = x.float()
+        got, want = mha.project_qkv(x), separate(mha, x)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+def test_training_through_the_stack_gives_each_weight_its_own_gradient():
+    mha, x = mha64(), torch.randn(2, 4, 16, dtype=torch.float64)
+    weights = torch.randn(3, 2, 4, 4, 4, dtype=torch.float64)  # a different loss per output
+    q, k, v = mha.project_qkv(x)
+    sum((w * out).sum() for w, out in zip(weights, (q, k, v))).backward()
+    stacked = [(layer.weight.grad, layer.bias) for layer in (mha.w_q, mha.w_k, mha.w_v)]
+    mha.zero_grad()
+    q, k, v = separate(mha, x)
+    sum((w * out).sum() for w, out in zip(weights, (q, k, v))).backward()
+    for (grad, _), layer in zip(stacked, (mha.w_q, mha.w_k, mha.w_v)):
+        torch.testing.assert_close(grad, layer.weight.grad, atol=1e-12, rtol=0)
+
+
+def test_hooks_take_the_separate_products():
+    mha, x = mha64(), torch.randn(2, 4, 16, dtype=torch.float64)
+    seen = []
+    mha.w_k.register_forward_hook(lambda module, inputs, output: seen.append(output))
+    with torch.no_grad():
+        mha.project_qkv(x)
+    assert len(seen) == 1  # the viewer records K this way: the hook must still run
+
+
+def test_int8_layers_are_not_fused():
+    from heedful.translator import quantize_int8
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0), 20, 15)
+    quantized = quantize_int8(model.eval())
+    attention = quantized.decoder_layers[0].self_attn
+    with torch.no_grad():
+        assert stacked_weights(attention, ("w_q", "w_k", "w_v")) is None
+        hyps = greedy_search(quantized, torch.randint(4, 20, (2, 6)), BOS, EOS)
+    assert len(hyps) == 2
+
+
+def transformer64():
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0, decoder_layers=2)
+    return build_model(config, 20, 15).double().eval()
+
+
+def teacher_forced(model, src, prefix: list[int]) -> torch.Tensor:
+    """log P(next | src, prefix) from one teacher-forced pass: (V,)."""
+    logits = model(src, torch.tensor([prefix])).logits  # (1, T, V)
+    return logits[0, -1].log_softmax(-1)
+
+
+def steps(model, memory, state, tokens: list[int]):
+    out = []
+    for token in tokens:
+        log_probs, state, _ = model.decode_step(memory, state, torch.tensor([token]))
+        out.append(log_probs[0])
+    return out, state
+
+
+def test_a_cache_grown_past_its_capacity_gives_teacher_forcings_numbers():
+    model, src = transformer64(), torch.randint(4, 20, (1, 7))
+    tokens = [BOS, *torch.randint(3, 15, (39,)).tolist()]  # 40 steps: the buffers grow twice
+    with torch.no_grad():
+        memory = model.encode(src)
+        found, state = steps(model, memory, model.init_state(memory), tokens)
+        assert isinstance(state.self_kv[0], KVCache) and state.self_kv[0][0].shape[2] == 40
+        for t in (0, 15, 16, 17, 39):
+            want = teacher_forced(model, src, tokens[: t + 1])
+            torch.testing.assert_close(found[t], want, atol=1e-10, rtol=0)
+
+
+def test_two_steps_from_one_state_do_not_disturb_each_other():
+    """A cache written in place must still hold what it was made with when a second step
+    branches from the same state (the second copies rather than overwrite)."""
+    model, src = transformer64(), torch.randint(4, 20, (1, 5))
+    with torch.no_grad():
+        memory = model.encode(src)
+        _, state = steps(model, memory, model.init_state(memory), [BOS, 5, 6])
+        before = [t.clone() for kv in state.self_kv for t in kv]
+        (a,), a_state = steps(model, memory, state, [7])
+        (b,), _ = steps(model, memory, state, [8])
+        (a2,), _ = steps(model, memory, a_state, [9])
+        after = [t for kv in state.self_kv for t in kv]
+    for old, new in zip(before, after):
+        assert torch.equal(old, new)
+    torch.testing.assert_close(a, teacher_forced(model, src, [BOS, 5, 6, 7]), atol=1e-10, rtol=0)
+    torch.testing.assert_close(b, teacher_forced(model, src, [BOS, 5, 6, 8]), atol=1e-10, rtol=0)
+    want = teacher_forced(model, src, [BOS, 5, 6, 7, 9])
+    torch.testing.assert_close(a2, want, atol=1e-10, rtol=0)
+
+
+def test_a_state_reorders_copies_and_pickles():
+    model, src = transformer64(), torch.randint(4, 20, (3, 5))
+    with torch.no_grad():
+        memory = model.encode(src)
+        state = model.init_state(memory)
+        for token in (BOS, 5, 6):
+            _, state, _ = model.decode_step(memory, state, torch.full((3,), token))
+        index = torch.tensor([2, 0, 0])
+        picked = state.index_select(index)
+        for (k, v), (pk, pv) in zip(state.self_kv, picked.self_kv):
+            assert torch.equal(pk, k[index]) and torch.equal(pv, v[index])
+        for clone in (copy.deepcopy(state), pickle.loads(pickle.dumps(state))):
+            assert isinstance(clone, TransformerState) and isinstance(clone.self_kv[0], KVCache)
+            a, _, _ = model.decode_step(memory, clone, torch.full((3,), 7))
+            b, _, _ = model.decode_step(memory, state, torch.full((3,), 7))
+            torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+class RowCounter:
+    def __init__(self, model):
+        self.model, self.pad_id, self.rows = model, model.pad_id, []
+
+    def encode(self, src):
+        return self.model.encode(src)
+
+    def init_state(self, memory):
+        return self.model.init_state(memory)
+
+    def decode_step(self, memory, state, last_tokens, need_weights=True):
+        self.rows.append(last_tokens.numel())
+        return self.model.decode_step(memory, state, last_tokens, need_weights)
+
+
+def varied_lengths_model():
+    """A random model whose greedy outputs end at many different steps."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0), 20, 15)
+    with torch.no_grad():
+        model.generator.weight *= 6.0
+        model.generator.bias[EOS] += 2.0
+    return model.eval()
+
+
+def test_greedy_drops_finished_sentences_and_gives_each_sentence_its_own_answer():
+    model, src = RowCounter(varied_lengths_model()), torch.randint(4, 20, (16, 8))
+    batch = greedy_search(model, src, BOS, EOS, max_len_ratio=0.0, max_len_offset=12)
+    assert model.rows[0] == 16 and model.rows[-1] < 16  # finished rows left the batch
+    lengths = {len(h.tokens) for h in batch}
+    assert len(lengths) > 3, lengths
+    for i, hyp in enumerate(batch):
+        [alone] = greedy_search(model.model, src[i : i + 1], BOS, EOS, 0.0, 12)
+        assert (alone.tokens, alone.finished) == (hyp.tokens, hyp.finished)
+        assert abs(alone.score - hyp.score) < 1e-4
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_beam_stops_once_its_n_best_are_certain_with_the_same_answers(alpha):
+    model, src = varied_lengths_model(), torch.randint(4, 20, (8, 8))
+    settings = {"beam_size": 4, "length_penalty": alpha, "max_len_ratio": 0.0,
+                "max_len_offset": 12}  # fmt: skip
+    rows = {}
+    found = {}
+    for n_best in (1, 2, 4):
+        counter = RowCounter(model)
+        found[n_best] = beam_search(counter, src, BOS, EOS, n_best=n_best, **settings)
+        rows[n_best] = sum(counter.rows)
+    for n_best in (1, 2):
+        for few, full in zip(found[n_best], found[4]):
+            assert [(h.tokens, h.finished) for h in few] == [
+                (h.tokens, h.finished) for h in full[:n_best]
+            ]
+            for a, b in zip(few, full):
+                assert abs(a.score - b.score) < 1e-5
+    assert rows[1] <= rows[2] <= rows[4] and rows[1] < rows[4]
+
+
+@pytest.mark.parametrize("arch", ["transformer", "vit"])
+def test_a_search_after_a_fused_optimizer_step_sees_the_new_weights(arch):
+    """Adam(fused=True), as training uses it, updates the weights in place without bumping
+    their versions, so a stacked copy kept from an earlier search (validation) would be stale;
+    each search must compute with the weights as they are when it starts."""
+    from heedful.config import TrainConfig
+    from heedful.training_state import make_optimizer
+
+    torch.manual_seed(0)
+    if arch == "vit":  # a ViT's encoder layers stack their Q, K, V too
+        config = ModelConfig(encoder="vit", image_size=16, patch_size=8, d_model=32,
+                             num_heads=4, d_ff=64, dropout=0.0)  # fmt: skip
+        model, src = build_model(config, 4, 15), torch.randn(3, 3, 16, 16)
+    else:
+        model = build_model(ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0), 20, 15)
+        src = torch.randint(4, 20, (3, 6))
+    optimizer = make_optimizer(model, TrainConfig(lr=0.05, warmup_steps=1))
+    with torch.no_grad():
+        greedy_search(model.eval(), src, BOS, EOS, 0.0, 6)  # caches stacked copies
+    tgt = torch.randint(4, 15, (3, 5))
+    model.train()(src, tgt).logits.logsumexp(-1).mean().backward()
+    optimizer.step()
+    fresh = copy.deepcopy(model).eval()  # no stacked copies: the weights as they are
+    for m in fresh.modules():
+        m.__dict__.pop("_stacked_weights", None)
+    with torch.no_grad():
+        got = model.eval()(src, tgt).logits
+        want = fresh(src, tgt).logits
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
