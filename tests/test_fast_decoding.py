@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from test_decoding import RowCounter  # counts the rows each step decodes
 
 from heedful.attention import MultiHeadAttention
 from heedful.config import ModelConfig
@@ -160,21 +161,6 @@ def test_a_state_reorders_copies_and_pickles():
             a, _, _ = model.decode_step(memory, clone, torch.full((3,), 7))
             b, _, _ = model.decode_step(memory, state, torch.full((3,), 7))
             torch.testing.assert_close(a, b, atol=0, rtol=0)
-
-
-class RowCounter:
-    def __init__(self, model):
-        self.model, self.pad_id, self.rows = model, model.pad_id, []
-
-    def encode(self, src):
-        return self.model.encode(src)
-
-    def init_state(self, memory):
-        return self.model.init_state(memory)
-
-    def decode_step(self, memory, state, last_tokens, need_weights=True):
-        self.rows.append(last_tokens.numel())
-        return self.model.decode_step(memory, state, last_tokens, need_weights)
 
 
 def varied_lengths_model():

@@ -52,31 +52,14 @@ def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress)
     chatbot, or captions of generated scenes), then draw the attention."""
     from heedful.demo import run_demo
 
+    options = dict(train_size=train_size, max_steps=max_steps, max_time=max_time, seed=seed,
+                   progress=progress, echo=click.echo)  # fmt: skip
     if task == "captions":  # demo_captions.py: images in, so a demo of its own
         from heedful.demo_captions import run_caption_demo
 
-        run_caption_demo(
-            model_name,
-            out,
-            train_size=train_size,
-            max_steps=max_steps,
-            max_time=max_time,
-            seed=seed,
-            progress=progress,
-            echo=click.echo,
-        )
-        return
-    run_demo(
-        model_name,
-        out,
-        train_size=train_size,
-        max_steps=max_steps,
-        max_time=max_time,
-        seed=seed,
-        progress=progress,
-        echo=click.echo,
-        task=task,
-    )
+        run_caption_demo(model_name, out, **options)
+    else:
+        run_demo(model_name, out, task=task, **options)
 
 
 @click.command()
