@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import test_captions as captions
+import test_frozen_features as frozen_features
 import test_hostile_decoding as decoding
 import test_hostile_jsonl as jsonl
 import test_hostile_languages as languages
@@ -55,6 +56,7 @@ def test_the_documented_counts_are_the_tables():
         "`tests/visualize/test_hostile_image_traces.py` (`CASES`": len(image_traces.CASES),
         "`tests/server/test_caption_upload.py` (`HOSTILE`": len(caption_upload.HOSTILE)
         + len(caption_upload.GOOD),
+        "`tests/test_frozen_features.py` (`HOSTILE`": len(frozen_features.HOSTILE),
     }
     for start, n in expected.items():
         [row] = [name for name in counts if name.startswith(start)]

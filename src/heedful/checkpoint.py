@@ -9,8 +9,7 @@
 `heedful export` (export.py) writes the same files with `ctranslate2/`, a CTranslate2 model,
 in place of model.safetensors; a training checkpoint adds the training state
 (training_state.py). Directories are written staged and published whole (io.py). Nothing here
-ever unpickles: `torch.load` can execute code hidden in a file, so a planted pickle is refused,
-never run.
+ever unpickles (`torch.load` can run code hidden in a file): a planted pickle is refused.
 """
 
 from __future__ import annotations
@@ -224,7 +223,8 @@ def check_weights(model: nn.Module, path: Path) -> None:
         )
 
 
-_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                       torch.int64: "I64"}  # I64: BatchNorm's num_batches_tracked  # fmt: skip
 
 
 def _check_computed_buffers(model: nn.Module, config_path: Path) -> None:

@@ -6,9 +6,8 @@ silently ignored costs a user a whole training run.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import yaml
 
 from heedful.configcorpora import CorpusConfig, check_corpora
 from heedful.configfile import ConfigError, apply_overrides, from_dict, parse_yaml
-from heedful.configvision import check_encoder, check_given_image, unused_image_keys
+from heedful.configvision import check_cache, check_encoder, check_given_image, unused_image_keys
 
 
 def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
@@ -88,6 +87,7 @@ class ModelConfig:
     cnn_coords: bool = False  # cnn: x, y coordinate channels beside the pixels (CoordConv)
     cnn_layers: int = 0  # cnn: Transformer encoder layers over the grid's cells
     encoder_weights: str | None = None  # torchvision: a local weights file (else random init)
+    freeze_encoder: bool = False  # cnn, torchvision: train all but the trunk (models/frozen.py)
     attention_penalty: float = 0.0  # λ of Show, Attend and Tell's doubly stochastic regulariser
 
     def __post_init__(self) -> None:
@@ -194,6 +194,7 @@ class DataConfig:
     captions: str | None = None  # training captions
     valid_captions: str | None = None
     captions_format: str = "flickr"
+    feature_cache: str | None = None  # a folder; with model.freeze_encoder: the trunk's output
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
         """The language pairs trained on: one per corpus, or (src_lang, tgt_lang)."""
@@ -335,6 +336,7 @@ class Config:
     generation: GenerationConfig = field(default_factory=GenerationConfig)  # saved with the model
 
     def __post_init__(self) -> None:
+        check_cache(self.data.feature_cache, self.model)  # data.feature_cache: a frozen trunk
         # the pointer-generator adds attention on source ids to the same output ids
         data = self.data
         given = data.src_tokenizer is not None  # then joint_vocab is not used
@@ -363,7 +365,7 @@ def to_dict(config: Any) -> dict:
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    data = plain(dataclasses.asdict(config))
+    data = plain(asdict(config))
     if isinstance(config, Config):  # the model section lists only its family's keys
         data["model"] = config.model.used()
         if not config.data.corpora:  # one pair: written as before (an empty list is an error)

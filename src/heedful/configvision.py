@@ -3,6 +3,10 @@
 `model.encoder` is `text` (token ids, the default), `cnn`, `vit` or `torchvision:<name>`; the
 image encoders read size × size pictures (models/vision.py). Kept apart from config.py so that
 the text models' config reads as it did; no torch here either.
+
+`model.freeze_encoder` stops a cnn or torchvision encoder's trunk (pixels to region grid,
+models/frozen.py) from learning; then, and only then, `data.feature_cache` may name a folder
+where the trunk's output for each image is kept between epochs and runs (data/features.py).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ IMAGE_KEYS = {
         "cnn_coords",
         "cnn_layers",
         "attention_penalty",
+        "freeze_encoder",
     ),  # fmt: skip
     "vit": ("image_size", "patch_size", "attention_penalty"),
-    "torchvision": ("image_size", "encoder_weights", "attention_penalty"),
+    "torchvision": ("image_size", "encoder_weights", "attention_penalty", "freeze_encoder"),
 }
 ALL_IMAGE_KEYS = (
     "encoder",
@@ -36,6 +41,7 @@ ALL_IMAGE_KEYS = (
     "cnn_layers",
     "encoder_weights",
     "attention_penalty",
+    "freeze_encoder",
 )
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
@@ -64,6 +70,7 @@ def check_encoder(c) -> None:
         raise ConfigError(f"model.cnn_layers: must be a whole number >= 0, got {c.cnn_layers!r}")
     if not (math.isfinite(c.attention_penalty) and c.attention_penalty >= 0):
         raise ConfigError(f"model.attention_penalty: must be >= 0, got {c.attention_penalty}")
+    _check_freeze(c.freeze_encoder, kind)
     if kind == "text":
         return
     if kind == "vit" and c.arch != "transformer":
@@ -90,6 +97,43 @@ def check_encoder(c) -> None:
         _check_rnn_decoder(c)
 
 
+def _check_freeze(freeze, kind: str) -> None:
+    if not isinstance(freeze, bool):
+        raise ConfigError(f"model.freeze_encoder: must be true or false, got {freeze!r}")
+    if freeze and kind not in ("cnn", "torchvision"):
+        why = (
+            "a text model has no image encoder" if kind == "text"
+            else "a ViT's patch embedding is its projection to d_model: it has no trunk"
+        )  # fmt: skip
+        raise ConfigError(
+            f"model.freeze_encoder: {why}; it freezes the trunk of model.encoder cnn or "
+            "torchvision:<name>"
+        )
+
+
+def check_cache(feature_cache, model) -> None:
+    """data.feature_cache against the ModelConfig `model`: a folder name, for a frozen trunk
+    (the filesystem is checked when training starts, captions_experiment.py)."""
+    if feature_cache is None:
+        return
+    if not isinstance(feature_cache, str):
+        raise ConfigError(
+            f"data.feature_cache: expected a folder name, got {type(feature_cache).__name__} "
+            f"{feature_cache!r:.40}"
+        )
+    if not feature_cache.strip():
+        raise ConfigError(
+            "data.feature_cache: an empty name; give a folder, or leave the key out to "
+            "compute the trunk's output every step"
+        )
+    if not model.freeze_encoder:
+        raise ConfigError(
+            "data.feature_cache keeps a frozen trunk's output, but model.freeze_encoder is "
+            "false: set model.freeze_encoder: true (model.encoder cnn or torchvision:<name>) "
+            "or remove data.feature_cache"
+        )
+
+
 def _check_rnn_decoder(c) -> None:
     if c.attention.startswith("luong-local"):
         raise ConfigError(
@@ -110,6 +154,8 @@ def unused_image_keys(c) -> set[str]:
     unused = set(ALL_IMAGE_KEYS) - {"encoder", *IMAGE_KEYS[kind]}
     if kind == "torchvision" and c.encoder_weights is None:
         unused.add("encoder_weights")
+    if not c.freeze_encoder:  # model directories written before it stay byte for byte the same
+        unused.add("freeze_encoder")
     if kind != "vit":  # the regions go to the decoder as they are: no encoder layers
         unused.add("encoder_layers")
     return unused

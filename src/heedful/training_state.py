@@ -53,7 +53,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     the target embedding is also the output projection when tied. Without decay, one group of
     every parameter in model order, as before the split, so older checkpoints still resume.
     """
-    params = list(model.parameters())
+    params = [p for p in model.parameters() if p.requires_grad]  # a frozen trunk's are not
     if weight_decay == 0:
         return [{"params": params}]
     return [

@@ -94,6 +94,10 @@ def build_model(
     `model.config.attention`, never isinstance checks."""
     if config.encoder != "text":  # a captioning model: images in (models/vision.py)
         model = _captioner(config, tgt_vocab_size, pad_id)
+        if config.freeze_encoder:  # its trunk never learns (models/frozen.py)
+            from heedful.models.frozen import freeze_trunk, image_encoder
+
+            freeze_trunk(image_encoder(model))
     else:
         model = BUILDERS[config.arch](config, src_vocab_size, tgt_vocab_size, pad_id)
     model.config = config  # a plain attribute: not a parameter, not in the state dict

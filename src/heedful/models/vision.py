@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -248,7 +247,7 @@ def _meta_shape(module: nn.Module, probe: torch.Tensor) -> tuple[int, ...]:
 def torchvision_trunk(name: str) -> tuple[nn.Module, int]:
     """torchvision.models.<name> without its classifier: (trunk, channels of its last map).
 
-    Random weights; the caller loads a local file (load_backbone_weights), never a download.
+    Random weights; the caller loads a local file (pretrained.py), never a download.
     """
     try:
         import torchvision.models as models
@@ -273,45 +272,6 @@ def torchvision_trunk(name: str) -> tuple[nn.Module, int]:
         f"model.encoder torchvision:{name}: heedful knows no feature map of it (it reads "
         "ResNet-like models' last stage and other models' .features)"
     )
-
-
-def load_backbone_weights(encoder: BackboneEncoder, path: str | Path) -> None:
-    """Pretrained backbone weights from a local file, into encoder.trunk: a safetensors file,
-    or a torch state dict read with weights_only=True (no code in a pickle can run). Keys of a
-    whole classifier (torchvision's files) are matched to the trunk; the head's are left out."""
-    path = Path(path)
-    if not path.is_file():
-        raise VisionError(f"model.encoder_weights: no such file {path}")
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state = load_file(str(path))
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unreadable file is the same error to a user
-        raise VisionError(f"model.encoder_weights: cannot read {path}: {error}") from None
-    if not isinstance(state, dict):
-        raise VisionError(f"model.encoder_weights: {path} holds no state dict of tensors")
-    mine = encoder.trunk.state_dict()
-    renamed = _match_keys(list(mine), state)
-    missing = sorted(set(mine) - set(renamed))
-    if missing:
-        raise VisionError(
-            f"model.encoder_weights: {path} does not fit the backbone (missing {missing[:5]})"
-        )
-    try:
-        encoder.trunk.load_state_dict(renamed)
-    except RuntimeError as error:
-        raise VisionError(f"model.encoder_weights: {path}: {error}") from None
-
-
-def _match_keys(wanted: list[str], state: dict) -> dict:
-    """The trunk's tensors from a whole classifier's file: the same names (a ResNet's conv1,
-    layer1, ...), or the names under `features.` (VGG, MobileNet, ...); a head's are left out."""
-    features = {k.removeprefix("features."): v for k, v in state.items()}
-    source = state if all(k in state for k in wanted) else features
-    return {k: source[k] for k in wanted if k in source}
 
 
 # ---------------------------------------------------------------------------------------------
