@@ -733,6 +733,46 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+README = ROOT / "README.md"
+README_BEGIN, README_END = "<!-- speed-table:begin -->", "<!-- speed-table:end -->"
+
+
+def readme_table(result: dict) -> str:
+    """The README's speed table: this run's ratios, with the machine it ran on."""
+    train, translate = result["train"], result["translate"]
+    rows = [
+        ("training, Transformer 3+3 d256 (target tok/s)", train.get("transformer"), "tokens_per_s"),
+        ("training, GRU + Bahdanau 256 (target tok/s)", train.get("rnn"), "tokens_per_s"),
+        ("translating test2016, greedy (sentences/s)", translate.get("beam1"), "sentences_per_s"),
+        ("translating test2016, beam 5 (sentences/s)", translate.get("beam5"), "sentences_per_s"),
+    ]
+    lines = [
+        README_BEGIN,
+        f"Measured against JoeyNMT {result['versions']['joeynmt']} on the same machine in the "
+        f"same run, with the same model, vocabulary and batch size ({result['machine']}, "
+        f"{result['date']}; `python benchmarks/vs_joeynmt.py`, which writes this table; method, "
+        "memory and the roofline in [docs/benchmarks.md](docs/benchmarks.md)):",
+        "",
+        "| | heedful | JoeyNMT | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for label, row, key in rows:
+        if row is None or "error" in row["heedful"] or "error" in row["joeynmt"]:
+            continue
+        ours, joey = row["heedful"][key], row["joeynmt"][key]
+        form = ",.0f" if key == "tokens_per_s" else ",.1f"  # thousands of tokens: whole
+        lines.append(f"| {label} | {ours:{form}} | {joey:{form}} | {ratio(ours, joey)} |")
+    if "transformer" in train:
+        achieved = train["transformer"]["heedful"]["tokens_per_s"]
+        achieved *= result["flops"]["train_per_target_token"] / 1e9
+        lines += [
+            "",
+            f"Training runs at {100 * achieved / result['matmul']['limit']:.0f}% of what this "
+            "CPU's float32 matrix multiply can do.",
+        ]
+    return "\n".join([*lines, README_END])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -747,7 +787,9 @@ def main() -> None:
     parser.add_argument(
         "--runtimes", nargs="*", default=["int8", "ctranslate2", "ctranslate2-int8"]
     )
-    parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
+    parser.add_argument(
+        "--report", action="store_true", help="only rewrite docs/benchmarks.md and the README table"
+    )
     parser.add_argument("--child-translate", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--beam", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--runtime", help=argparse.SUPPRESS)
@@ -767,7 +809,8 @@ def main() -> None:
         RESULT.write_text(json.dumps(result, indent=2) + "\n")
     result = json.loads(RESULT.read_text())
     write_section(REPORT, BEGIN, END, report(result))
-    print(f"wrote {RESULT} and {REPORT}")
+    write_section(README, README_BEGIN, README_END, readme_table(result))
+    print(f"wrote {RESULT}, {REPORT} and the table in {README}")
 
 
 if __name__ == "__main__":
