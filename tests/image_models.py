@@ -53,3 +53,23 @@ def png_file(path: Path, pixels: np.ndarray) -> Path:
 
     Image.fromarray(pixels).save(path)
     return path
+
+
+def scene_files(folder: Path, count: int, seed: int, per_image: int = 2):
+    """`count` generated scenes as PNG files in folder/images and a Flickr-style captions file,
+    folder/captions-SEED.txt, of `per_image` captions each (the scene's own; then upper-cased,
+    a second reference). Returns (scenes, the captions file)."""
+    from PIL import Image
+
+    from heedful.data.scenes import SceneSet
+
+    scenes = SceneSet(count, seed=seed)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, caption in enumerate(scenes.captions):
+        Image.fromarray(scenes.pixels(i)).save(folder / "images" / f"s{seed}-{i}.png")
+        lines += [f"s{seed}-{i}.png#{n}\t{caption.upper() if n else caption}"
+                  for n in range(per_image)]  # fmt: skip
+    path = folder / f"captions-{seed}.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return scenes, path

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from image_models import scene_files
 
 import heedful
 from heedful.captioner import Captioner
@@ -204,26 +205,13 @@ def test_hostile_image_model_directories(case, demo, tmp_path, pictures):
     assert message.split()[0] in result.output
 
 
-def _write_dataset(folder, count: int, seed: int) -> SceneSet:
-    from PIL import Image
-
-    scenes = SceneSet(count, seed=seed)
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    lines = []
-    for i, caption in enumerate(scenes.captions):
-        Image.fromarray(scenes.pixels(i)).save(folder / "images" / f"s{seed}-{i}.png")
-        lines += [f"s{seed}-{i}.png#0\t{caption}", f"s{seed}-{i}.png#1\t{caption.upper()}"]
-    (folder / f"captions-{seed}.txt").write_text("\n".join(lines) + "\n")
-    return scenes
-
-
 def test_heedful_train_on_image_files_resumes_where_it_stopped(tmp_path):
     """Four steps, then two more on resume, give the weights six uninterrupted steps give."""
     from heedful.config import load_config
     from heedful.experiment import train_from_config
 
-    _write_dataset(tmp_path, 12, seed=1)
-    _write_dataset(tmp_path, 4, seed=2)
+    scene_files(tmp_path, 12, seed=1)
+    scene_files(tmp_path, 4, seed=2)
     (tmp_path / "config.yaml").write_text(
         f"""data:
   images: {tmp_path / "images"}
@@ -266,7 +254,7 @@ def test_heedful_train_names_what_an_image_run_lacks(tmp_path):
     with pytest.raises(ConfigError, match="give data.images"):
         train_from_config(config, tmp_path / "run", progress=False, echo=lambda line: None)
     assert not (tmp_path / "run").exists()
-    _write_dataset(tmp_path, 2, seed=1)
+    scene_files(tmp_path, 2, seed=1)
     captions = tmp_path / "captions-1.txt"
     data = [f"data.images={tmp_path / 'images'}", f"data.captions={captions}",
             f"data.valid_captions={captions}", "data.tokenizer=char"]  # fmt: skip

@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from image_models import scene_files
 from safetensors import safe_open
 from torch import nn
 
@@ -16,7 +17,6 @@ from heedful.captions_experiment import _model, _read, make_caption_validator
 from heedful.checkpoint import load_model_dir
 from heedful.config import ConfigError, load_config
 from heedful.data.images import ImageTransform
-from heedful.data.scenes import SceneSet
 from heedful.experiment import train_from_config
 from heedful.models.frozen import (
     Trunk,
@@ -38,25 +38,13 @@ MODEL = {  # the CNN with coordinate channels and encoder layers: every part aft
 }
 
 
-def _dataset(folder, count: int, seed: int) -> str:
-    """`count` generated scenes as PNG files and a flickr captions file naming them."""
-    from PIL import Image
-
-    scenes = SceneSet(count, seed=seed)
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    lines = []
-    for i, caption in enumerate(scenes.captions):
-        Image.fromarray(scenes.pixels(i)).save(folder / "images" / f"s{seed}-{i}.png")
-        lines.append(f"s{seed}-{i}.png#0\t{caption}")
-    path = folder / f"captions-{seed}.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     folder = tmp_path_factory.mktemp("scenes")
-    return folder, _dataset(folder, 12, seed=1), _dataset(folder, 4, seed=2)
+    train, valid = (
+        str(scene_files(folder, n, seed, per_image=1)[1]) for n, seed in [(12, 1), (4, 2)]
+    )
+    return folder, train, valid
 
 
 def _config(data, arch: str = "rnn", *overrides: str):

@@ -37,6 +37,8 @@ except (ImportError, RuntimeError, OSError) as error:  # PyPI's build beside ano
             allow_module_level=True,
         )
 
+from image_models import scene_files  # noqa: E402
+
 from heedful.models.pretrained import load_backbone_weights  # noqa: E402
 from heedful.models.vision import (  # noqa: E402
     BackboneEncoder,
@@ -297,22 +299,6 @@ def test_a_deeper_network_of_the_same_family_is_refused(tmp_path, deeper, smalle
         assert torch.equal(value, before[key]), key
 
 
-def _write_dataset(folder, count: int, seed: int):
-    """`count` scenes as PNG files and a captions file of two captions each."""
-    from PIL import Image
-
-    from heedful.data.scenes import SceneSet
-
-    scenes = SceneSet(count, seed=seed)
-    (folder / "images").mkdir(parents=True, exist_ok=True)
-    lines = []
-    for i, caption in enumerate(scenes.captions):
-        Image.fromarray(scenes.pixels(i)).save(folder / "images" / f"s{seed}-{i}.png")
-        lines += [f"s{seed}-{i}.png#0\t{caption}", f"s{seed}-{i}.png#1\t{caption.upper()}"]
-    (folder / f"captions-{seed}.txt").write_text("\n".join(lines) + "\n")
-    return scenes
-
-
 def test_a_caption_model_on_resnet18_trains_reloads_captions_and_resumes(tmp_path):
     """`heedful train` with model.encoder torchvision:resnet18 and a local weights file: two
     steps, then two more on resume, give the weights (BatchNorm statistics included) four
@@ -324,8 +310,8 @@ def test_a_caption_model_on_resnet18_trains_reloads_captions_and_resumes(tmp_pat
     from heedful.config import load_config
     from heedful.experiment import train_from_config
 
-    _write_dataset(tmp_path, 8, seed=1)
-    scenes = _write_dataset(tmp_path, 2, seed=2)
+    scene_files(tmp_path, 8, seed=1)
+    scenes, _ = scene_files(tmp_path, 2, seed=2)
     weights = tmp_path / "resnet18.safetensors"
     _write_weights(_classifier("resnet18", seed=21), weights)
     (tmp_path / "config.yaml").write_text(
