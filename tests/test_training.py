@@ -114,3 +114,39 @@ def test_a_run_resumed_from_its_state_continues_bit_for_bit(tmp_path):
     train(resumed, pairs, config, progress=False, state=state)
     for name, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[name]), name
+
+
+def test_a_linear_schedule_run_resumed_mid_way_continues_bit_for_bit(tmp_path):
+    """The linear schedule's line is drawn from the budget, which a resume must carry: the
+    state saved at step 4 of an 8-step run, resumed, ends on the same weights."""
+    pairs = data()
+    config = TrainConfig(
+        batch_tokens=60,
+        max_steps=8,
+        eval_every=4,
+        warmup_steps=2,
+        seed=2,
+        schedule="linear",
+        log_every=1,
+    )
+    torch.manual_seed(0)
+    straight = build_model(MODEL, 12, 12)
+    start = {k: v.clone() for k, v in straight.state_dict().items()}
+    saved, rates = {}, []
+
+    def save(state, metrics):
+        if state.progress.step == 4:
+            state.save(tmp_path)
+            saved.update({k: v.clone() for k, v in straight.state_dict().items()})
+
+    train(straight, pairs, config, progress=False, save=save, log=rates.append)
+    lrs = [r["lr"] for r in rates]
+    assert lrs[-1] == 0.0 and max(lrs) == pytest.approx(config.lr)
+    torch.rand(10)
+    resumed = build_model(MODEL, 12, 12)
+    resumed.load_state_dict(saved)
+    state = TrainState.resume(tmp_path, resumed, config)
+    assert state.progress.step == 4 and any(not torch.equal(v, start[k]) for k, v in saved.items())
+    train(resumed, pairs, config, progress=False, state=state)
+    for name, value in straight.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[name]), name

@@ -12,6 +12,7 @@ from heedful.models.build import build_model
 from heedful.training_state import (
     TrainProgress,
     TrainState,
+    budget_used,
     learning_rate_factor,
     parameter_groups,
     restore_rng,
@@ -27,6 +28,48 @@ def test_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():
     assert learning_rate_factor(100, 100, "inverse_sqrt") == pytest.approx(1.0)
     assert learning_rate_factor(400, 100, "inverse_sqrt") == pytest.approx(0.5)
     assert learning_rate_factor(400, 100, "constant") == 1.0
+
+
+def test_the_budget_is_steps_or_time_whichever_runs_out_first():
+    assert budget_used(50, 999.0, TrainConfig(max_steps=100)) == 0.5
+    assert budget_used(50, 8.0, TrainConfig(max_steps=100, max_time=10.0)) == 0.8
+    assert budget_used(90, 1.0, TrainConfig(max_steps=100, max_time=10.0)) == 0.9
+    assert budget_used(50, 20.0, TrainConfig(max_steps=100, max_time=10.0)) == 1.0
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 30])
+def test_the_linear_schedule_falls_from_the_peak_to_zero_at_the_budget_end(warmup):
+    """By steps alone (an even pace), the line from the end of warm-up to max_steps."""
+    total = 120
+    factors = [
+        learning_rate_factor(step, warmup, "linear", step / total) for step in range(1, total + 1)
+    ]
+    for step, factor in zip(range(1, total + 1), factors):
+        if step < warmup:
+            assert factor == pytest.approx(step / warmup)
+        else:
+            expected = (total - step) / (total - max(warmup, 0))
+            assert factor == pytest.approx(expected, abs=1e-12), step
+    assert factors[-1] == 0.0 and max(factors) == pytest.approx(1.0 if warmup else 119 / 120)
+    after = factors[max(warmup, 1) - 1 :]
+    assert all(a >= b for a, b in zip(after, after[1:]))  # never rises after the peak
+
+
+@pytest.mark.parametrize("warmup_share", [0.05, 0.5, 0.9])
+def test_the_linear_schedule_by_time_never_passes_the_peak(warmup_share):
+    """Steps at an uneven pace (warm-up took `warmup_share` of the time to step 100): the
+    factor stays in [0, 1], is 1 where warm-up ends and 0 once the time is spent."""
+    warmup, total_time = 100, 1000.0
+    for step in (100, 101, 150, 400, 2000):
+        seconds = warmup_share * total_time * min(step, warmup) / warmup
+        seconds += max(0, step - warmup) * (1 - warmup_share) * total_time / 2000
+        used = budget_used(step, seconds, TrainConfig(max_steps=10**6, max_time=total_time))
+        factor = learning_rate_factor(step, warmup, "linear", used)
+        assert 0.0 <= factor <= 1.0 + 1e-12, (step, used, factor)
+        if step == warmup:
+            assert factor == pytest.approx(1.0)
+    assert learning_rate_factor(2000, warmup, "linear", 1.0) == 0.0
+    assert learning_rate_factor(100, warmup, "linear", 1.0) == 0.0  # spent during warm-up
 
 
 @pytest.mark.parametrize("config", [TRANSFORMER, RNN], ids=["transformer", "rnn"])

@@ -236,7 +236,7 @@ class TrainConfig:
     bf16: bool | None = None
     lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
     warmup_steps: int = 200
-    schedule: str = "inverse_sqrt"  # inverse_sqrt (Noam) | constant (after warm-up)
+    schedule: str = "inverse_sqrt"  # inverse_sqrt (Noam) | constant | linear (to 0 at budget end)
     optimizer: str = "adam"  # adam | adamw
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 0.0
@@ -258,7 +258,7 @@ class TrainConfig:
     rank_logs: bool = False
 
     def __post_init__(self) -> None:
-        _choice("train.schedule", self.schedule, ("inverse_sqrt", "constant"))
+        _choice("train.schedule", self.schedule, ("inverse_sqrt", "constant", "linear"))
         _choice("train.optimizer", self.optimizer, ("adam", "adamw"))
         _choice("train.early_stopping_metric", self.early_stopping_metric, ("bleu", "chrf", "loss"))
         if not 0 <= self.seed < 2**63:  # torch.manual_seed takes no more

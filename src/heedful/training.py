@@ -7,6 +7,7 @@ What it carries from step to step (optimizer, schedule, progress) is a `TrainSta
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import time
@@ -23,6 +24,7 @@ from heedful.data.batching import Pairs
 from heedful.data.stream import BatchStream, Shard
 from heedful.data.tokenizers import PAD_ID
 from heedful.evaluation import improves
+from heedful.output_loss import output_layer_loss
 from heedful.training_state import TrainProgress, TrainState
 
 
@@ -69,6 +71,16 @@ class Distributed:
             echo(warning)
         torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
+    def latest(self, seconds: float, device: str | torch.device = "cpu") -> float:
+        """The largest of every process's `seconds`. Each reading its own clock, one process
+        could stop at train.max_time a step before another, which would then wait in its next
+        all-reduce for ever, and the linear schedule would give them different rates."""
+        if self.world_size == 1:
+            return seconds
+        value = torch.tensor([seconds], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        return float(value.item())
+
     def barrier(self) -> None:
         """Wait until every process gets here (nothing to wait for alone)."""
         if self.world_size > 1:
@@ -114,6 +126,13 @@ def sequence_loss(
     )
 
 
+def defers_output_layer(model: nn.Module) -> bool:
+    """Whether model.forward takes project=False (and then returns the states before the
+    output layer with that layer): the Transformer does; a subclass that overrides forward
+    without it, an RNN or a Hugging Face model do not and train on logits as before."""
+    return "project" in inspect.signature(model.forward).parameters
+
+
 def train(
     model: nn.Module,
     pairs: Pairs,
@@ -152,7 +171,7 @@ def train(
         )
         p.step, p.tokens = p.step + 1, p.tokens + tokens
         p.epoch, p.batch_in_epoch = stream.epoch, stream.batch
-        p.seconds = start_seconds + time.perf_counter() - session_start
+        p.seconds = dist.latest(start_seconds + time.perf_counter() - session_start, device)
         bar.update(1)
         if p.step % config.log_every == 0:
             _log(_record(state, loss_sum * dist.world_size, tokens, shards), bar, log)
@@ -206,12 +225,21 @@ def _optimizer_step(
     total_tokens = sum(shard.global_tokens for shard in shards)
     state.optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
+    # the output layer and the loss in slices (output_loss.py), where the model can and in
+    # float32 (bf16 autocast keeps the plain path)
+    sliced = isinstance(autocast, nullcontext) and defers_output_layer(model)
     for i, (batch, weight, _) in enumerate(shards):
         src, tgt_in, tgt_out = batch.to(device)
         sync = i == len(shards) - 1 or dist.world_size == 1
         with autocast, nullcontext() if sync else net.no_sync():
-            out = net(src, tgt_in)  # logits (B, T, V)
-            loss = sequence_loss(out.logits, tgt_out, config.label_smoothing, "sum")
+            if sliced:
+                out = net(src, tgt_in, project=False)  # states (B, T, D) and the output layer
+                loss = output_layer_loss(
+                    out.features, out.output_layer, tgt_out, config.label_smoothing, PAD_ID
+                )
+            else:
+                out = net(src, tgt_in)  # logits (B, T, V)
+                loss = sequence_loss(out.logits, tgt_out, config.label_smoothing, "sum")
             if out.penalty is not None:  # e.g. Show, Attend and Tell's attention regulariser
                 loss = loss + out.penalty
             (loss * weight * dist.world_size / total_tokens).backward()

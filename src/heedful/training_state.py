@@ -30,17 +30,36 @@ def seed_generators(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def learning_rate_factor(step: int, warmup_steps: int, schedule: str) -> float:
-    """Multiplier of the peak learning rate at `step` (1-based).
+def learning_rate_factor(step: int, warmup_steps: int, schedule: str, used: float = 0.0) -> float:
+    """Multiplier of the peak learning rate at `step` (1-based), `used` of the budget spent.
 
-    Linear warm-up to the peak, then either constant or the inverse square root decay of
-    Vaswani et al. 2017, §5.3 ("Noam"), normalised so the peak is exactly `train.lr`.
+    Linear warm-up to the peak, then constant, or the inverse square root decay of Vaswani et
+    al. 2017, §5.3 ("Noam"), normalised so the peak is exactly `train.lr`, or a straight line
+    from the peak down to 0 where the budget ends ("linear"): with a budget of minutes rather
+    than epochs, annealing to zero by the end beats a schedule cut off mid-decay (Li et al.
+    2020, "Budgeted Training"). The line starts where warm-up ended, at the share of the budget
+    warm-up took; steps at an even pace took `used · warmup / step` of it, so no time has to be
+    remembered and a resumed run draws the same line.
     """
     if warmup_steps > 0 and step < warmup_steps:
         return step / warmup_steps
     if schedule == "inverse_sqrt":
         return math.sqrt(max(warmup_steps, 1) / step)
+    if schedule == "linear":
+        if used >= 1.0:
+            return 0.0
+        at_warmup = used * min(warmup_steps, step) / step
+        return (1.0 - used) / (1.0 - at_warmup)  # 1 when warm-up ends, 0 at the budget's end
     return 1.0
+
+
+def budget_used(step: int, seconds: float, config: TrainConfig) -> float:
+    """The share of the training budget spent: of train.max_steps or of train.max_time,
+    whichever runs out first (validation counts in the time, as it does for stopping)."""
+    used = step / config.max_steps
+    if config.max_time is not None:
+        used = max(used, seconds / config.max_time)
+    return min(used, 1.0)
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -79,10 +98,14 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
     )
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig):
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: learning_rate_factor(i + 1, config.warmup_steps, config.schedule)
-    )
+def make_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig, seconds=lambda: 0.0):
+    """`seconds()`: the training time so far, which the linear schedule's budget counts."""
+
+    def factor(i: int) -> float:
+        used = budget_used(i + 1, seconds(), config)
+        return learning_rate_factor(i + 1, config.warmup_steps, config.schedule, used)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 @dataclass
@@ -123,7 +146,9 @@ class TrainState:
     @classmethod
     def _new(cls, model: nn.Module, config: TrainConfig, progress: TrainProgress) -> TrainState:
         optimizer = make_optimizer(model, config)
-        return cls(optimizer, make_scheduler(optimizer, config), progress)
+        state = cls(optimizer, None, progress)
+        state.scheduler = make_scheduler(optimizer, config, lambda: state.progress.seconds)
+        return state
 
     def save(self, directory: Path, **info) -> None:
         """Write the training state files into `directory` (a checkpoint being staged)."""

@@ -44,11 +44,16 @@ class AttentionMaps:
 
 @dataclass
 class Seq2SeqOutput:
-    logits: torch.Tensor  # (B, T, V)
+    logits: torch.Tensor | None  # (B, T, V); None when asked for features instead (project=False)
     attention: AttentionMaps | None = None  # filled when need_weights=True
     # a regulariser training adds to its summed loss (an image model's attention penalty,
     # models/vision.py), or None
     penalty: torch.Tensor | None = None
+    # project=False (a model with `defers_output_layer`): the last hidden states (B, T, D) and
+    # the layer that would make them logits, for a loss that never holds all logits at once
+    # (output_loss.py)
+    features: torch.Tensor | None = None
+    output_layer: Any = None
 
 
 @dataclass

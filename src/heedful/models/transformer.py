@@ -289,8 +289,9 @@ class Transformer(nn.Module):
             for layer in self.decoder_layers
         ]
 
-    def _decode(self, x, cross_kv, src_mask, tgt_mask, past, need_weights):
-        """Run the decoder stack over embedded target positions x (B, T, D)."""
+    def _decode(self, x, cross_kv, src_mask, tgt_mask, past, need_weights, project=True):
+        """Run the decoder stack over embedded target positions x (B, T, D) -> logits, or the
+        final states (B, T, D) when not `project`."""
         new_past, self_ws, cross_ws = [], [], []
         for layer, kv, layer_past in zip(self.decoder_layers, cross_kv, past):
             x, layer_kv, self_w, cross_w = layer(
@@ -299,7 +300,8 @@ class Transformer(nn.Module):
             new_past.append(layer_kv)
             self_ws.append(self_w)
             cross_ws.append(cross_w)
-        logits = self.generator(self.decoder_norm(x))  # (B, T, V)
+        x = self.decoder_norm(x)
+        logits = self.generator(x) if project else x  # (B, T, V) or (B, T, D)
         if not need_weights:
             return logits, new_past, None, None
         return (
@@ -310,18 +312,25 @@ class Transformer(nn.Module):
         )  # (B, L, H, T, *)
 
     def forward(
-        self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        need_weights: bool = False,
+        project: bool = True,
     ) -> Seq2SeqOutput:
-        """Teacher forcing: src (B, S), tgt_in (B, T) = <s> y1 .. y_{T-1} -> logits (B, T, V)."""
+        """Teacher forcing: src (B, S), tgt_in (B, T) = <s> y1 .. y_{T-1} -> logits (B, T, V);
+        project=False: the states before the output layer instead, and that layer."""
         memory = self.encode(src, need_weights)
         tgt_mask = causal_mask(tgt_in.size(1), tgt_in.device)  # (T, T)
         x = self.tgt_embed(tgt_in)
         past = [None] * len(self.decoder_layers)
-        logits, _, self_w, cross_w = self._decode(
-            x, self._cross_kv(memory), memory.src_mask, tgt_mask, past, need_weights
+        out, _, self_w, cross_w = self._decode(
+            x, self._cross_kv(memory), memory.src_mask, tgt_mask, past, need_weights, project
         )
         maps = AttentionMaps(cross_w, memory.self_attention, self_w) if need_weights else None
-        return Seq2SeqOutput(logits, maps)
+        if not project:
+            return Seq2SeqOutput(None, maps, features=out, output_layer=self.generator)
+        return Seq2SeqOutput(out, maps)
 
     def init_state(self, memory: TransformerMemory) -> TransformerState:
         return TransformerState(self._cross_kv(memory), [None] * len(self.decoder_layers))
