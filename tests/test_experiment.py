@@ -250,3 +250,50 @@ def test_two_process_torchrun_matches_one_process(tmp_path):
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     for name in a:
         assert (a[name] - b[name]).abs().max() < 1e-5, name
+
+
+SKEWED_CLOCK = """\
+import os, sys, time
+if os.environ["RANK"] == "1":  # this process's clock runs 3x as fast as its peer's
+    real, start = time.perf_counter, time.perf_counter()
+    time.perf_counter = lambda: start + 3 * (real() - start)
+from heedful.cli import main
+sys.argv[0] = "heedful"
+main()
+"""
+
+
+def test_processes_whose_clocks_disagree_stop_at_the_same_step(tmp_path):
+    """max_time counts the slowest clock of all processes: each going by its own, one would
+    stop while the other waited in its next all-reduce for ever (and the linear schedule
+    would give them different learning rates)."""
+    data = corpus(tmp_path)
+    config = write_config(tmp_path, data, steps=100000)
+    script = tmp_path / "skewed.py"
+    script.write_text(SKEWED_CLOCK)
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    limits = ["train.max_time=3", "train.eval_every=100000", "train.schedule=linear"]
+    proc = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc-per-node=2",
+            str(script),
+            "train",
+            str(config),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--no-progress",
+            *[arg for limit in limits for arg in ("--set", limit)],
+        ],  # fmt: skip
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    state = json.loads(
+        ((tmp_path / "run" / "latest").resolve() / "training_state.json").read_text()
+    )
+    [last_lr] = state["scheduler"]["_last_lr"]
+    assert state["progress"]["seconds"] >= 3 and last_lr < 0.1 * 0.003  # annealed to ~0
