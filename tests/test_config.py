@@ -34,6 +34,8 @@ def test_yaml_and_overrides(tmp_path):
         ("model:\n  bidirectional: 1\n", "model.bidirectional: expected true or false"),
         ("train:\n  betas: [0.9]\n", "train.betas: expected a list of 2"),
         ("model:\n  arch: lstm\n", "model.arch: 'lstm' is not one of"),
+        ("train:\n  schedule: cosine\n", "train.schedule: 'cosine' is not one of"),
+        ("train:\n  schedule: 3\n", "train.schedule: expected str"),
         ("model:\n  d_model: 30\n  num_heads: 4\n", "divisible by model.num_heads"),
         ("train:\n  label_smoothing: 1.5\n", "train.label_smoothing"),
         ("train:\n  lr: .inf\n", "train.lr: must be a finite number"),
