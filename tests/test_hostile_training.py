@@ -157,14 +157,19 @@ def nan_loss_from_step(step: int):
     def before(env: Env, monkeypatch) -> None:
         import heedful.training
 
-        real, calls = heedful.training.sequence_loss, []
+        calls = []
 
-        def poisoned(*args, **kwargs):
-            calls.append(1)
-            loss = real(*args, **kwargs)
-            return loss * float("nan") if len(calls) >= step else loss
+        def poison(real):
+            def poisoned(*args, **kwargs):
+                calls.append(1)
+                loss = real(*args, **kwargs)
+                return loss * float("nan") if len(calls) >= step else loss
 
-        monkeypatch.setattr(heedful.training, "sequence_loss", poisoned)
+            return poisoned
+
+        # the training loss: whole logits (sequence_loss) or the Transformer's sliced one
+        for name in ("sequence_loss", "output_layer_loss"):
+            monkeypatch.setattr(heedful.training, name, poison(getattr(heedful.training, name)))
 
     return before
 
