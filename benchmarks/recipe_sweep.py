@@ -31,7 +31,7 @@ CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
 RESULTS = ROOT / "benchmarks" / "results"
 REPORT = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- recipe-sweep:begin -->", "<!-- recipe-sweep:end -->"
-SETS = {"val": "val", "test2016": "test2016"}
+SETS = ("val", "test2016")  # file stems under CORPUS
 
 
 def train(config: Path, run_dir: Path, budget: float, settings: list[str], threads: int | None):
@@ -69,9 +69,9 @@ def score(model_dir: Path, beam: int) -> dict:
 
     translator = Translator.load(model_dir)
     result = {"checkpoint": model_dir.name}
-    for name, stem in SETS.items():
-        sources = (CORPUS / f"{stem}.en").read_text(encoding="utf-8").splitlines()
-        references = (CORPUS / f"{stem}.de").read_text(encoding="utf-8").splitlines()
+    for name in SETS:
+        sources = (CORPUS / f"{name}.en").read_text(encoding="utf-8").splitlines()
+        references = (CORPUS / f"{name}.de").read_text(encoding="utf-8").splitlines()
         start = time.perf_counter()
         outputs = [t.text for t in translator.translate(sources, num_beams=beam, batch_size=64)]
         seconds = time.perf_counter() - start
