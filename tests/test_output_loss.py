@@ -91,20 +91,47 @@ def test_only_padding_or_no_positions_give_zero_loss_and_gradients(n):
     assert h.grad.shape == (n, 8) and (n == 0 or h.grad.abs().max() == 0)
 
 
-def test_which_models_train_through_the_sliced_loss():
-    transformer = build_model(
-        ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32), 12, 12
-    )
-    rnn = build_model(ModelConfig(arch="rnn", d_model=8, hidden_size=16), 12, 12)
-    assert defers_output_layer(transformer) and not defers_output_layer(rnn)
+@pytest.mark.parametrize(
+    "config",
+    [
+        ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32),
+        ModelConfig(arch="rnn", d_model=8, hidden_size=16),
+        ModelConfig(arch="rnn", d_model=8, hidden_size=16, input_feeding=True, rnn_cell="lstm"),
+    ],
+    ids=["transformer", "rnn", "rnn-lstm-input-feeding"],
+)
+def test_models_hand_over_the_states_before_the_output_layer(config):
+    model = build_model(config, 12, 12)
+    assert defers_output_layer(model)
     src = torch.randint(4, 12, (2, 5))
-    transformer.eval()  # no dropout: the two calls must see the same network
-    out = transformer(src, src, project=False)
-    assert out.logits is None and out.features.shape == (2, 5, 16)
-    torch.testing.assert_close(out.output_layer(out.features), transformer(src, src).logits)
+    model.eval()  # no dropout: the two calls must see the same network
+    out = model(src, src, project=False)
+    assert out.logits is None and out.features.shape[:2] == (2, 5)
+    torch.testing.assert_close(out.output_layer(out.features), model(src, src).logits)
 
 
-def test_training_through_the_sliced_loss_follows_the_plain_one(monkeypatch):
+def test_the_pointer_generator_keeps_its_mixture_when_asked_for_states():
+    """Its log P(w) mixes the softmax with copied attention: no output layer alone gives it."""
+    model = build_model(ModelConfig(arch="rnn", d_model=8, hidden_size=16, copy=True), 12, 12)
+    src = torch.randint(4, 12, (2, 5))
+    model.eval()
+    out = model(src, src, project=False)
+    assert out.features is None
+    torch.testing.assert_close(out.logits, model(src, src).logits)
+
+
+@pytest.mark.parametrize(
+    "model_config",
+    [
+        ModelConfig(
+            d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32, dropout=0.0
+        ),
+        ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0),
+        ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0, copy=True),
+    ],
+    ids=["transformer", "rnn", "pointer-generator"],
+)
+def test_training_through_the_sliced_loss_follows_the_plain_one(monkeypatch, model_config):
     """The same 6 steps with the logits whole (the model made to look like it cannot defer)
     and in slices: the weights agree to float round-off."""
     g = torch.Generator().manual_seed(0)
@@ -113,9 +140,6 @@ def test_training_through_the_sliced_loss_follows_the_plain_one(monkeypatch):
     ]
     pairs = InMemoryPairs(src, [list(reversed(s)) for s in src])
     config = TrainConfig(batch_tokens=60, max_steps=6, warmup_steps=2, seed=2, lr=0.01)
-    model_config = ModelConfig(
-        d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32, dropout=0.0
-    )
     models = []
     for sliced in (True, False):
         monkeypatch.setattr("heedful.training.defers_output_layer", lambda m, s=sliced: s)

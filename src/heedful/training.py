@@ -128,8 +128,9 @@ def sequence_loss(
 
 def defers_output_layer(model: nn.Module) -> bool:
     """Whether model.forward takes project=False (and then returns the states before the
-    output layer with that layer): the Transformer does; a subclass that overrides forward
-    without it, an RNN or a Hugging Face model do not and train on logits as before."""
+    output layer with that layer): the Transformer and the RNN do (the pointer-generator takes
+    it and still returns logits); a subclass that overrides forward without it, or a Hugging
+    Face model, do not and train on logits as before."""
     return "project" in inspect.signature(model.forward).parameters
 
 
@@ -232,13 +233,14 @@ def _optimizer_step(
         src, tgt_in, tgt_out = batch.to(device)
         sync = i == len(shards) - 1 or dist.world_size == 1
         with autocast, nullcontext() if sync else net.no_sync():
-            if sliced:
-                out = net(src, tgt_in, project=False)  # states (B, T, D) and the output layer
+            # states (B, T, D) and the output layer, or logits (B, T, V) from a model that
+            # cannot defer that layer (the pointer-generator) or was not asked to
+            out = net(src, tgt_in, project=False) if sliced else net(src, tgt_in)
+            if out.features is not None:
                 loss = output_layer_loss(
                     out.features, out.output_layer, tgt_out, config.label_smoothing, PAD_ID
                 )
             else:
-                out = net(src, tgt_in)  # logits (B, T, V)
                 loss = sequence_loss(out.logits, tgt_out, config.label_smoothing, "sum")
             if out.penalty is not None:  # e.g. Show, Attend and Tell's attention regulariser
                 loss = loss + out.penalty

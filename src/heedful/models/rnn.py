@@ -199,8 +199,12 @@ class AttentionDecoder(nn.Module):
         attentional = torch.tanh(self.combine(torch.cat([h, context], dim=-1)))
         return attentional, DecoderSteps(h, weights, scores, context, centers)
 
-    def forward(self, tgt_in: torch.Tensor, state: RNNState, memory: RNNMemory):
-        """tgt_in (B, T) -> logits (B, T, V), new state, DecoderSteps of the T steps"""
+    def forward(self, tgt_in: torch.Tensor, state: RNNState, memory: RNNMemory, project=True):
+        """tgt_in (B, T) -> logits (B, T, V), new state, DecoderSteps of the T steps.
+
+        project=False: the output layer's input (B, T, N) in place of the logits, for training
+        to apply that layer in slices (output_loss.py); the pointer-generator cannot (its
+        mixture needs the whole distribution), so the caller asks only without a copy gate."""
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         hidden = state.hidden if self.cell == "lstm" else state.hidden[0]
         if not self.input_feeding:
@@ -220,7 +224,10 @@ class AttentionDecoder(nn.Module):
                 each_step.append(step)
             attentional, steps = torch.cat(outputs, 1), DecoderSteps.cat(each_step)
         hidden = hidden if isinstance(hidden, tuple) else (hidden,)
-        logits = self.generator(self.dropout(attentional))  # (B, T, V)
+        features = self.dropout(attentional)  # (B, T, N)
+        if not project:
+            return features, RNNState(hidden, fed, state.step + emb.size(1)), steps
+        logits = self.generator(features)  # (B, T, V)
         if self.copy_gate is not None:  # log P(w) of the pointer-generator, not logits
             p_gen = self.copy_gate(steps.contexts, steps.states, emb)  # (B, T, 1)
             logits = pointer_mixture(logits, p_gen, steps.weights, memory.src)
@@ -291,26 +298,23 @@ class RNNSeq2Seq(nn.Module):
         return RNNState(hidden, fed)
 
     def forward(
-        self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        need_weights: bool = False,
+        project: bool = True,
     ) -> Seq2SeqOutput:
         """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V); with need_weights,
         the attention as layer 1, head 1 (B, 1, 1, T, S) and its parts h_t, scores, c_t.
-        Without attention (rnn-none) only h_t: the maps' cross, scores and contexts are None."""
+        project=False: the states before the output layer and that layer instead of the
+        logits, except for the pointer-generator, which returns its log P(w) as logits."""
         memory = self.encode(src)
-        logits, _, steps = self.decoder(tgt_in, self.init_state(memory), memory)
-        if not need_weights:
-            return Seq2SeqOutput(logits)
-        if steps.weights is None:  # the bottleneck model: nothing attends, h_t still shows
-            return Seq2SeqOutput(logits, AttentionMaps(cross=None, decoder_states=steps.states))
-        maps = AttentionMaps(
-            cross=steps.weights[:, None, None],  # (B, 1, 1, T, S)
-            scores=steps.scores[:, None, None],  # (B, 1, 1, T, S)
-            decoder_states=steps.states,
-            contexts=steps.contexts,
-            centers=steps.centers,
-            p_gen=steps.p_gen,
-        )
-        return Seq2SeqOutput(logits, maps)
+        project = project or self.decoder.copy_gate is not None
+        out, _, steps = self.decoder(tgt_in, self.init_state(memory), memory, project)
+        maps = _maps(steps) if need_weights else None
+        if not project:
+            return Seq2SeqOutput(None, maps, features=out, output_layer=self.decoder.generator)
+        return Seq2SeqOutput(out, maps)
 
     def decode_step(
         self,
@@ -327,3 +331,18 @@ class RNNSeq2Seq(nn.Module):
             else StepAttention(weights[:, None, None, 0])
         )
         return logits[:, 0].log_softmax(-1), state, step
+
+
+def _maps(steps: DecoderSteps) -> AttentionMaps:
+    """The attention as layer 1, head 1 (B, 1, 1, T, S) and its parts h_t, scores, c_t.
+    Without attention (rnn-none) only h_t: the maps' cross, scores and contexts are None."""
+    if steps.weights is None:  # the bottleneck model: nothing attends, h_t still shows
+        return AttentionMaps(cross=None, decoder_states=steps.states)
+    return AttentionMaps(
+        cross=steps.weights[:, None, None],  # (B, 1, 1, T, S)
+        scores=steps.scores[:, None, None],  # (B, 1, 1, T, S)
+        decoder_states=steps.states,
+        contexts=steps.contexts,
+        centers=steps.centers,
+        p_gen=steps.p_gen,
+    )
