@@ -16,7 +16,7 @@ import torch
 
 from heedful.checkpoint import CheckpointError, load_model_dir
 from heedful.config import Config, ConfigError, save_config
-from heedful.cpu import set_threads
+from heedful.cpu import reuse_freed_memory, set_threads
 from heedful.data.batching import InMemoryPairs, Pairs, bucketed_batches, collate
 from heedful.data.corpus import CorpusError, iter_split, split_source
 from heedful.models.build import build_model
@@ -275,6 +275,7 @@ def train_from_config(
     config: Config, run_dir: str | Path, force: bool = False, progress: bool = True, echo=print
 ) -> TrainResult:
     """Train (or resume) the run in `run_dir` as `config` says."""
+    reuse_freed_memory()  # every step's tensors again, without fresh pages (cpu.py)
     if config.model.encoder != "text":  # image captioning (issue 12)
         from heedful.captions_experiment import train_captions
 
