@@ -1,9 +1,10 @@
 """The Multi30k recipe sweep (issue 16): one point = one 30-minute run of a config with some
-settings changed, scored three ways and written to the sweep table in docs/benchmarks.md.
+settings changed, scored three ways and written to that config's sweep table in docs/benchmarks.md.
 
     python benchmarks/recipe_sweep.py --name linear --set train.schedule=linear
     python benchmarks/recipe_sweep.py --name base --run-dir runs/bench/transformer  # score only
-    python benchmarks/recipe_sweep.py --report                   # only rewrite the table
+    python benchmarks/recipe_sweep.py --name rnn-base --config configs/multi30k/rnn-bahdanau.yaml
+    python benchmarks/recipe_sweep.py --report                   # only rewrite the tables
 
 A point's checkpoints are scored with beam 5 on the full validation set (1,014 sentences) and
 on test2016 (1,000): the last checkpoint, the best by training's own validation (greedy, 500
@@ -93,19 +94,15 @@ def _settings(point: dict) -> str:
     return f"{text}; {point['note']}" if point.get("note") else text
 
 
-def report() -> str:
-    points = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("sweep-*.json"))]
-    points.sort(key=lambda p: p["date"] + p["name"])
+def _config_of(point: dict) -> str:
+    """The point's config file; the first points, written before RNN rows, were all Transformer."""
+    return point.get("config", "configs/multi30k/transformer.yaml")
+
+
+def _table(config: str, points: list[dict]) -> list[str]:
+    """One config's rows, its machine line and its commands."""
     lines = [
-        BEGIN,
-        "## The Multi30k Transformer recipe sweep (issue 16)",
-        "",
-        "Each row: `configs/multi30k/transformer.yaml` with the row's settings, trained for the "
-        "row's budget; beam 5, sacreBLEU detokenized and case-sensitive on the full validation "
-        "set (1,014 sentences: what picks the recipe) and on test2016 (1,000: reported beside "
-        "it). last = the final checkpoint; best = best by training's greedy validation; avg = "
-        "the average of the last two kept checkpoints. sent/s: test2016 beam-5 decoding of the "
-        "'last' model (batch 64, loading excluded).",
+        f"### `{config}`",
         "",
         "| point | settings | steps | load (mean/max) | val: last / best / avg "
         "| test2016: last / best / avg | sent/s | date |",
@@ -125,12 +122,32 @@ def report() -> str:
             f"| {load.get('mean', '-')}/{load.get('max', '-')} | {cells[0]} | {cells[1]} "
             f"| {by['last']['sentences_per_second']} | {p['date']} |"
         )
-    if points:
-        p = points[-1]
-        lines += ["", f"Machine: {p['machine']}. Signature: `{p['scores'][0]['signature']}`.",
-                  "", "Commands:", ""]  # fmt: skip
-        lines += [f"- {q['name']}: `{q['command']}`" for q in points]
-    return "\n".join([*lines, END])
+    machines = sorted({p["machine"] for p in points})
+    lines += ["", f"Machine: {'; '.join(machines)}. Signature: "
+              f"`{points[-1]['scores'][0]['signature']}`.", "", "Commands:", ""]  # fmt: skip
+    lines += [f"- {q['name']}: `{q['command']}`" for q in points]
+    return [*lines, ""]
+
+
+def report() -> str:
+    points = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("sweep-*.json"))]
+    points.sort(key=lambda p: p["date"] + p["name"])
+    lines = [
+        BEGIN,
+        "## The Multi30k recipe sweeps (issue 16)",
+        "",
+        "Each row: the table's config with the row's settings, trained for the row's budget; "
+        "beam 5, sacreBLEU detokenized and case-sensitive on the full validation set (1,014 "
+        "sentences: what picks the recipe) and on test2016 (1,000: reported beside it). last = "
+        "the final checkpoint; best = best by training's greedy validation; avg = the average "
+        "of the last two kept checkpoints. sent/s: test2016 beam-5 decoding of the 'last' model "
+        "(batch 64, loading excluded). Rows compare within a table and a machine: the same code "
+        "runs at different speeds on different machines of our kind.",
+        "",
+    ]
+    for config in sorted({_config_of(p) for p in points}, reverse=True):  # transformer first
+        lines += _table(config, [p for p in points if _config_of(p) == config])
+    return "\n".join([*lines[:-1], END])
 
 
 def main() -> None:
@@ -159,10 +176,12 @@ def main() -> None:
         for kind, model_dir in checkpoints(run_dir).items():
             scores.append({"kind": kind, **score(model_dir, args.beam)})
             print(kind, scores[-1], flush=True)
-        result = {"name": args.name, "settings": args.settings, "note": args.note, "date":
-                  datetime.date.today().isoformat(), "machine": machine(), "command": command,
-                  "train_wall_seconds": wall, "load": load, "steps": steps_of(run_dir),
-                  "budget_seconds": args.budget, "scores": scores}  # fmt: skip
+        config = args.config.resolve().relative_to(ROOT).as_posix()
+        result = {"name": args.name, "config": config, "settings": args.settings,
+                  "note": args.note, "date": datetime.date.today().isoformat(),
+                  "machine": machine(), "command": command, "train_wall_seconds": wall,
+                  "load": load, "steps": steps_of(run_dir), "budget_seconds": args.budget,
+                  "scores": scores}  # fmt: skip
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"sweep-{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     write_section(REPORT, BEGIN, END, report())

@@ -158,6 +158,18 @@ def shared_vocabulary(model_dir: Path) -> tuple[Path, Path]:
     return sp_model, vocab
 
 
+def our_learning_rate(arch: str) -> tuple[float, int]:
+    """The peak learning rate and warm-up of heedful's own config for `arch`, so that both
+    toolkits train with the same numbers (JoeyNMT decays by the inverse square root: the schedule
+    changes no operation, so not the speed either)."""
+    import yaml
+
+    config = "transformer" if arch == "transformer" else "rnn-bahdanau"
+    text = (ROOT / "configs" / "multi30k" / f"{config}.yaml").read_text(encoding="utf-8")
+    train = yaml.safe_load(text)["train"]
+    return float(train["lr"]), int(train["warmup_steps"])
+
+
 def joey_config(arch: str, model_dir: Path, sp_model: Path, vocab: Path, steps: int) -> dict:
     side = {
         "level": "bpe",
@@ -181,7 +193,6 @@ def joey_config(arch: str, model_dir: Path, sp_model: Path, vocab: Path, steps: 
         # as heedful's tie_embeddings: the target embedding is the output layer's weight; the
         # source embedding is its own (JoeyNMT's tied_embeddings would tie source and target)
         model = {"tied_embeddings": False, "tied_softmax": True, "encoder": coder, "decoder": coder}
-        lr, warmup = 0.0015, 500
     else:  # the heedful rnn-bahdanau config: 128 per direction in the encoder, 256 in the decoder
         embeddings = {"embedding_dim": 256, "dropout": 0.2}
         model = {
@@ -208,7 +219,7 @@ def joey_config(arch: str, model_dir: Path, sp_model: Path, vocab: Path, steps: 
                 "embeddings": embeddings,
             },
         }
-        lr, warmup = 0.001, 200
+    lr, warmup = our_learning_rate(arch)
     model.update(initializer="xavier_uniform", embed_initializer="xavier_uniform")
     return {
         "name": f"bench-{arch}",
