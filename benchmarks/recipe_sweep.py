@@ -99,14 +99,19 @@ def _config_of(point: dict) -> str:
     return point.get("config", "configs/multi30k/transformer.yaml")
 
 
+def _cpu(point: dict) -> str:
+    """The CPU's name from the machine line ("AMD EPYC, 2 cores, ..." -> "AMD EPYC")."""
+    return point["machine"].split(",")[0].replace("(R)", "")
+
+
 def _table(config: str, points: list[dict]) -> list[str]:
     """One config's rows, its machine line and its commands."""
     lines = [
         f"### `{config}`",
         "",
         "| point | settings | steps | load (mean/max) | val: last / best / avg "
-        "| test2016: last / best / avg | sent/s | date |",
-        "|---|---|---:|---|---|---|---:|---|",
+        "| test2016: last / best / avg | sent/s | CPU | date |",
+        "|---|---|---:|---|---|---|---:|---|---|",
     ]
     for p in points:
         by = {s["kind"]: s for s in p["scores"]}
@@ -120,7 +125,7 @@ def _table(config: str, points: list[dict]) -> list[str]:
         lines.append(
             f"| {p['name']} | {_settings(p)} | {p['steps']} "
             f"| {load.get('mean', '-')}/{load.get('max', '-')} | {cells[0]} | {cells[1]} "
-            f"| {by['last']['sentences_per_second']} | {p['date']} |"
+            f"| {by['last']['sentences_per_second']} | {_cpu(p)} | {p['date']} |"
         )
     machines = sorted({p["machine"] for p in points})
     lines += ["", f"Machine: {'; '.join(machines)}. Signature: "
@@ -141,8 +146,8 @@ def report() -> str:
         "sentences: what picks the recipe) and on test2016 (1,000: reported beside it). last = "
         "the final checkpoint; best = best by training's greedy validation; avg = the average "
         "of the last two kept checkpoints. sent/s: test2016 beam-5 decoding of the 'last' model "
-        "(batch 64, loading excluded). Rows compare within a table and a machine: the same code "
-        "runs at different speeds on different machines of our kind.",
+        "(batch 64, loading excluded). Compare steps and sent/s only between rows of one CPU: "
+        "the same code runs at different speeds on different machines of our kind.",
         "",
     ]
     for config in sorted({_config_of(p) for p in points}, reverse=True):  # transformer first
