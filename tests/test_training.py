@@ -150,3 +150,50 @@ def test_a_linear_schedule_run_resumed_mid_way_continues_bit_for_bit(tmp_path):
     train(resumed, pairs, config, progress=False, state=state)
     for name, value in straight.state_dict().items():
         assert torch.equal(value, resumed.state_dict()[name]), name
+
+
+def test_the_final_checkpoint_is_validated_and_can_be_best():
+    """A limit that stops between validations still validates the last step: with a schedule
+    that decays to the budget's end, that checkpoint is often the best, and `best` must be able
+    to point at it."""
+    scores = iter([1.0, 2.0, 3.0])
+    saved = []
+    result = train(
+        build_model(MODEL, 12, 12),
+        data(),
+        TrainConfig(batch_tokens=60, max_steps=7, eval_every=3),
+        validate=lambda _: {"bleu": next(scores)},
+        save=lambda state, metrics: saved.append((state.progress.step, metrics)),
+        progress=False,
+    )
+    assert result.stopped_by == "max_steps"
+    assert [m["step"] for m in result.history] == [3, 6, 7]
+    assert [(step, m is not None and m["best"]) for step, m in saved] == [
+        (3, True),
+        (6, True),
+        (7, True),
+    ]
+
+
+def test_max_time_keeps_room_for_the_final_validation(monkeypatch):
+    """The budget counts validation, so a max_time run stops early by as long as its latest
+    validation took: the final one then ends within the budget (fake clock: a step costs 1 s,
+    a validation 10 s)."""
+    import heedful.training as training
+
+    clock = [0.0]
+
+    def perf_counter():
+        clock[0] += 1.0  # one reading per training step, one after each validation
+        return clock[0]
+
+    def validate(_):
+        clock[0] += 10.0
+        return {"bleu": clock[0]}
+
+    monkeypatch.setattr(training.time, "perf_counter", perf_counter)
+    config = TrainConfig(batch_tokens=60, max_steps=1000, eval_every=5, max_time=45.0)
+    result = train(build_model(MODEL, 12, 12), data(), config, validate=validate, progress=False)
+    assert result.stopped_by == "max_time" and result.steps % config.eval_every != 0
+    assert result.history[-1]["step"] == result.steps  # the last step was validated
+    assert clock[0] <= config.max_time + 1.0  # ...and that validation ended within the budget

@@ -230,7 +230,7 @@ class TrainConfig:
     batch_tokens: int = 4096  # target tokens per batch (batches are length-bucketed)
     max_steps: int = 3000
     max_epochs: int | None = None
-    max_time: float | None = None  # seconds of wall-clock training, then a clean final checkpoint
+    max_time: float | None = None  # wall-clock seconds, validations included; then a final one
     accumulate: int = 1  # batches per optimizer step (gradient accumulation)
     # bfloat16 autocast for the forward pass; None: on when training on a GPU that has it
     bf16: bool | None = None

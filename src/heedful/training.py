@@ -164,6 +164,9 @@ def train(
     bar = _progress_bar(config, p, show=progress and dist.is_main)
     history: list[dict] = []
     session_start, start_seconds = time.perf_counter(), p.seconds
+    # seconds the latest validation took: a max_time run stops that much early, so that the
+    # final checkpoint's own validation still fits the budget
+    reserve = 0.0
     model.train()
     while (stopped_by := _limit_reached(config, stream, p)) is None:
         shards = [stream.next() for _ in range(config.accumulate)]
@@ -177,19 +180,32 @@ def train(
         if p.step % config.log_every == 0:
             _log(_record(state, loss_sum * dist.world_size, tokens, shards), bar, log)
         if p.step % config.eval_every == 0:
-            metrics = None if validate is None else _validate(model, validate, p, config, bar, dist)
-            if metrics is not None:
+            metrics = None
+            if validate is not None:
+                began = p.seconds
+                metrics = _validate(model, validate, p, config, bar, dist)
+                p.seconds = dist.latest(start_seconds + time.perf_counter() - session_start, device)
+                reserve = p.seconds - began  # the same on every process
                 history.append(metrics)
                 stopped_by = _early_stop(metrics, config, p, good_enough)
             _save(save, model, state, metrics, config)
             if stopped_by is not None:
                 break
-        if config.max_time is not None and p.seconds >= config.max_time:
+        if config.max_time is not None and p.seconds + reserve >= config.max_time:
             stopped_by = "max_time"
             break
-    bar.close()
     if p.step % config.eval_every != 0:
-        _save(save, model, state, None, config)  # a clean final checkpoint wherever we stopped
+        # a clean final checkpoint wherever a limit stopped us, validated like the others: with
+        # a schedule that decays to the budget's end it is often the best, and `best` must be
+        # able to point at it
+        metrics = None
+        if validate is not None:
+            metrics = _validate(model, validate, p, config, bar, dist)
+            p.seconds = dist.latest(start_seconds + time.perf_counter() - session_start, device)
+            history.append(metrics)
+            _early_stop(metrics, config, p, None)  # marks it best or not; nothing left to stop
+        _save(save, model, state, metrics, config)
+    bar.close()
     model.eval()
     return TrainResult(p, stopped_by, history)
 
