@@ -149,8 +149,8 @@ def train(
 ) -> TrainResult:
     """Train `model` in place until max_steps / max_epochs / max_time, early stop, or `good_enough`.
 
-    validate(model) -> metrics runs every `eval_every` steps in eval mode; `save(state,
-    metrics)` is then called (and once more at the end) to checkpoint; `log(record)` receives
+    validate(model) -> metrics runs every `eval_every` steps and at the last, in eval mode;
+    `save(state, metrics)` is then called to checkpoint; `log(record)` receives
     training records. `state` resumes a run (default: TrainState.fresh); `dist` shards each
     global batch across processes (each reads only its rows; the model is then wrapped in
     DistributedDataParallel).
@@ -163,60 +163,55 @@ def train(
     autocast = _autocast(config, device)
     bar = _progress_bar(config, p, show=progress and dist.is_main)
     history: list[dict] = []
-    session_start, start_seconds = time.perf_counter(), p.seconds
-    # seconds the latest validation took: a max_time run stops that much early, so that the
-    # final checkpoint's own validation still fits the budget
-    reserve = 0.0
+    clock = _clock(p.seconds, dist, device)
+    reserve = 0.0  # the latest validation's seconds, left in max_time for the final one
     model.train()
-    while (stopped_by := _limit_reached(config, stream, p)) is None:
+    while (stopped_by := _limit_reached(config, stream, p, reserve)) is None:
         shards = [stream.next() for _ in range(config.accumulate)]
         loss_sum, tokens = _optimizer_step(
             net, model, shards, state, config, dist, device, autocast
         )
         p.step, p.tokens = p.step + 1, p.tokens + tokens
         p.epoch, p.batch_in_epoch = stream.epoch, stream.batch
-        p.seconds = dist.latest(start_seconds + time.perf_counter() - session_start, device)
+        p.seconds = clock()
         bar.update(1)
         if p.step % config.log_every == 0:
             _log(_record(state, loss_sum * dist.world_size, tokens, shards), bar, log)
         if p.step % config.eval_every == 0:
-            metrics = None
-            if validate is not None:
-                began = p.seconds
-                metrics = _validate(model, validate, p, config, bar, dist)
-                p.seconds = dist.latest(start_seconds + time.perf_counter() - session_start, device)
-                reserve = p.seconds - began  # the same on every process
-                history.append(metrics)
-                stopped_by = _early_stop(metrics, config, p, good_enough)
+            began, metrics = p.seconds, _validate(model, validate, p, config, bar, dist, clock)
+            reserve = p.seconds - began  # the same on every process (clock() is their max)
+            stopped_by = _early_stop(metrics, config, p, good_enough, history)
             _save(save, model, state, metrics, config)
             if stopped_by is not None:
                 break
-        if config.max_time is not None and p.seconds + reserve >= config.max_time:
-            stopped_by = "max_time"
-            break
     if p.step % config.eval_every != 0:
-        # a clean final checkpoint wherever a limit stopped us, validated like the others: with
-        # a schedule that decays to the budget's end it is often the best, and `best` must be
-        # able to point at it
-        metrics = None
-        if validate is not None:
-            metrics = _validate(model, validate, p, config, bar, dist)
-            p.seconds = dist.latest(start_seconds + time.perf_counter() - session_start, device)
-            history.append(metrics)
-            _early_stop(metrics, config, p, None)  # marks it best or not; nothing left to stop
+        # a final checkpoint wherever a limit stopped us, validated: with a schedule that decays
+        # to the budget's end it is often the best, and `best` must be able to point at it
+        metrics = _validate(model, validate, p, config, bar, dist, clock)
+        _early_stop(metrics, config, p, None, history)  # marks it best or not; nothing to stop
         _save(save, model, state, metrics, config)
     bar.close()
     model.eval()
     return TrainResult(p, stopped_by, history)
 
 
-def _limit_reached(config: TrainConfig, stream: BatchStream, p: TrainProgress) -> str | None:
-    """The step or epoch limit that ends training before another step, or None to take it."""
+def _limit_reached(config: TrainConfig, stream: BatchStream, p: TrainProgress, reserve: float):
+    """The step, epoch or time limit that ends training before another step, or None to take
+    it. `reserve`: seconds to leave in the time budget for the final validation."""
     if p.step >= config.max_steps:
         return "max_steps"
     if config.max_epochs is not None and stream.epochs_done() >= config.max_epochs:
         return "max_epochs"
+    if config.max_time is not None and p.seconds + reserve >= config.max_time:
+        return "max_time"
     return None
+
+
+def _clock(start_seconds: float, dist: Distributed, device) -> Callable[[], float]:
+    """Training seconds so far (from `start_seconds`, what resumed sessions spent), the
+    largest over the processes: validations included."""
+    session_start = time.perf_counter()
+    return lambda: dist.latest(start_seconds + time.perf_counter() - session_start, device)
 
 
 def _autocast(config: TrainConfig, device: str | torch.device):
@@ -329,20 +324,30 @@ def _fmt(key: str, value) -> str:
     return f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
 
 
-def _validate(model: nn.Module, validate: Callable, p: TrainProgress, config, bar, dist) -> dict:
-    """validate(model) in eval mode, without gradients; its loss must be finite."""
+def _validate(model, validate, p: TrainProgress, config, bar, dist, clock) -> dict | None:
+    """validate(model) in eval mode, without gradients (None without one); its loss must be
+    finite. The progress clock then moves past it: the budget counts validation."""
+    if validate is None:
+        return None
     model.eval()
     with torch.no_grad():
         metrics = {"step": p.step, "seconds": round(p.seconds, 1), **validate(model)}
     model.train()
+    p.seconds = clock()
     _check_loss("validation", metrics.get("loss", 0.0), p.step, config)
     if dist.is_main:
         bar.write("  ".join(_fmt(k, v) for k, v in metrics.items()))
     return metrics
 
 
-def _early_stop(metrics: dict, config: TrainConfig, p: TrainProgress, good_enough) -> str | None:
-    """Update the best score; the reason to stop ("patience", "validation") or None to go on."""
+def _early_stop(
+    metrics: dict | None, config: TrainConfig, p: TrainProgress, good_enough, history: list
+) -> str | None:
+    """Record a validation and update the best score; the reason to stop ("patience",
+    "validation") or None to go on (always, without a validation)."""
+    if metrics is None:
+        return None
+    history.append(metrics)
     name = config.early_stopping_metric
     if name in metrics:
         better = improves(name, metrics[name], p.best_score)
