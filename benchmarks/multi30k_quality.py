@@ -90,7 +90,7 @@ def score_run(name, run_dir: Path, beam: int, budget, command: str, wall, load) 
         "budget_seconds": budget,
         "train_wall_seconds": wall,
         "load": load,
-        "steps": train_records[-1]["step"] if train_records else 0,
+        "steps": max((m.get("step", 0) for m in metrics), default=0),  # the last is validated
         "epochs": train_records[-1]["epoch"] if train_records else 0,
         "target_tokens_per_second": round(train_records[-1]["tokens_per_s"])
         if train_records
