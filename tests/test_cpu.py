@@ -114,9 +114,12 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again():
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         assert applied == "False"  # nothing to tune elsewhere, and it says so
         return
-    assert applied == "True" and kept < 1000, kept
+    step_pages = 136 * 2**20 // resource.getpagesize()
+    # reused: fewer faults in ten steps than one step's tensors have pages. Not a fixed small
+    # number: runs on one machine gave 0 to 3,840, from causes outside the allocator
+    assert applied == "True" and kept < step_pages, kept
     applied, mapped = faults(MALLOC_MMAP_THRESHOLD_="131072")
-    assert applied == "False" and mapped >= 10 * 136 * 2**20 // resource.getpagesize(), mapped
+    assert applied == "False" and mapped >= 10 * step_pages, mapped
 
 
 USER_ALLOCATOR = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_",
