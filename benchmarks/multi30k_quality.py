@@ -4,7 +4,6 @@ then scored on test2016 with beam search (detokenized, case-sensitive sacreBLEU)
     python benchmarks/multi30k_quality.py                       # all configs, 30 min each
     python benchmarks/multi30k_quality.py --configs transformer --budget 600
     python benchmarks/multi30k_quality.py --report               # only rewrite docs/benchmarks.md
-    python benchmarks/multi30k_quality.py --from-sweep rnn-linear-lr4   # score a sweep point's run
 
 Each config's result goes to benchmarks/results/multi30k-<name>.json; the report in
 docs/benchmarks.md is rebuilt from every result file present, so configs can be run one at a
@@ -53,23 +52,7 @@ def run_config(name: str, budget: float, beam: int, run_root: Path) -> dict:
     with LoadSampler() as load:
         subprocess.run(command, cwd=ROOT, check=True)
     train_wall = time.perf_counter() - start
-    shown = " ".join(["python", "-m", "heedful", *command[3:]]).replace(f"{ROOT}/", "")
-    return score_run(name, run_dir, beam, budget, shown, round(train_wall, 1), load.summary())
 
-
-def from_sweep(point: str, beam: int) -> dict:
-    """Score the run of a recipe-sweep point (benchmarks/recipe_sweep.py) as its config's
-    result: a point trained with the settings its config now has is the run this benchmark
-    would make, so it need not be trained twice."""
-    sweep = json.loads((RESULTS / f"sweep-{point}.json").read_text())
-    name = Path(sweep.get("config", "transformer.yaml")).stem  # the first points: Transformer
-    run_dir = ROOT / "runs" / "sweep" / point
-    return score_run(name, run_dir, beam, sweep["budget_seconds"], sweep["command"],
-                     sweep["train_wall_seconds"], sweep["load"])  # fmt: skip
-
-
-def score_run(name, run_dir: Path, beam: int, budget, command: str, wall, load) -> dict:
-    """The best checkpoint of a finished run, scored on test2016, and the run's numbers."""
     from heedful.evaluation import bleu_by_length, corpus_scores
     from heedful.translator import Translator
 
@@ -86,10 +69,10 @@ def score_run(name, run_dir: Path, beam: int, budget, command: str, wall, load) 
         "config": name,
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
-        "command": command,
+        "command": " ".join(["python", "-m", "heedful", *command[3:]]).replace(f"{ROOT}/", ""),
         "budget_seconds": budget,
-        "train_wall_seconds": wall,
-        "load": load,
+        "train_wall_seconds": round(train_wall, 1),
+        "load": load.summary(),
         "steps": max((m.get("step", 0) for m in metrics), default=0),  # the last is validated
         "epochs": train_records[-1]["epoch"] if train_records else 0,
         "target_tokens_per_second": round(train_records[-1]["tokens_per_s"])
@@ -236,12 +219,6 @@ def plot_buckets(path: Path = ROOT / "docs" / "img" / "bottleneck.png") -> Path 
     return path
 
 
-def save(result: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"multi30k-{result['config']}.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("config", "steps", "bleu", "signature")}))
-
-
 def write_report() -> None:
     write_section(REPORT, BEGIN, END, report())
 
@@ -255,17 +232,15 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--run-root", type=Path, default=ROOT / "runs" / "bench")
     parser.add_argument("--report", action="store_true", help="only rebuild docs/benchmarks.md")
-    parser.add_argument("--from-sweep", nargs="+", default=[], metavar="POINT",
-                        help="score recipe-sweep points' runs instead of training")  # fmt: skip
     args = parser.parse_args()
-    for point in args.from_sweep:
-        save(from_sweep(point, args.beam))
-    if not args.report and not args.from_sweep:
+    if not args.report:
         if not CORPUS.is_dir():
             sys.exit(f"Multi30k not found at {CORPUS} (see ../shared/corpora/README.md)")
         RESULTS.mkdir(parents=True, exist_ok=True)
         for name in args.configs:
-            save(run_config(name, args.budget, args.beam, args.run_root))
+            result = run_config(name, args.budget, args.beam, args.run_root)
+            (RESULTS / f"multi30k-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps({k: result[k] for k in ("config", "steps", "bleu", "signature")}))
             write_report()
     write_report()
     plot_buckets()
