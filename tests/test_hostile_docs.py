@@ -25,6 +25,7 @@ from visualize import test_hostile_traces as traces
 DOC = Path(__file__).resolve().parent.parent / "docs" / "hostile-inputs.md"
 UMASKS = 3  # test_written_files_follow_the_umask's parameters
 TRAINING_EXTRA = 2  # the two tests of test_hostile_training.py beside its table
+HF_EXTRA = 3  # tests/hf/test_hostile.py: several end tokens (beams 1 and 4), the hub cache's links
 SIZE_LIMIT = 1  # test_hostile_traces.py's file over the size limit, beside its table
 
 
@@ -45,6 +46,9 @@ def test_the_documented_counts_are_the_tables():
         "`tests/test_hostile_model_dirs.py` (the same": len(model_dirs.SERVED) + UMASKS,
         "`tests/visualize/test_hostile_traces.py` (`CASES`": len(traces.CASES) + SIZE_LIMIT,
         "`tests/hf/test_hostile.py` (`CASES`": len(hf_dirs.CASES),
+        "`tests/hf/test_hostile.py` (`ACCEPTED`": len(hf_dirs.ACCEPTED)
+        + len(hf_dirs.SERVED)
+        + HF_EXTRA,
         "`tests/test_hostile_decoding.py` (`CASES`": len(decoding.CASES),
         "`tests/server/test_decoding_fields.py` (`BAD`": len(decoding_fields.BAD),
         "`tests/test_hostile_jsonl.py` (`CASES`": 2 * len(jsonl.CASES),  # reader and CLI

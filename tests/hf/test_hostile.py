@@ -1,4 +1,5 @@
-"""Hostile Hugging Face directories (issue 14's "Bad input") and exports that cannot be done.
+"""Hostile Hugging Face directories (issue 14's "Bad input", issue 26's strict reading) and exports
+that cannot be done.
 
 Each row of CASES makes a directory from one of the tiny models (or a heedful model) and names
 the words the error must hold. heedful.load must raise CheckpointError with them, and the
@@ -8,7 +9,6 @@ and no traceback: nothing is unpickled, downloaded or half-loaded.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -18,27 +18,20 @@ from click.testing import CliRunner
 
 import heedful
 from heedful.cli import main
+from heedful.data.batching import pad
 from heedful.io import CheckpointError
 
+from .corrupt import (
+    copy_of,
+    edit_json,
+    edits,
+    index_naming,
+    linked_out,
+    repeated_piece,
+    setting,
+    tensors,
+)
 from .test_export import heedful_model_dir
-
-
-def copy_of(arch: str):
-    def make(tmp_path: Path, hf_dirs) -> Path:
-        return Path(shutil.copytree(hf_dirs[arch], tmp_path / arch))
-
-    return make
-
-
-def edit_json(arch: str, name: str, change):
-    def make(tmp_path, hf_dirs):
-        directory = copy_of(arch)(tmp_path, hf_dirs)
-        data = json.loads((directory / name).read_text(encoding="utf-8"))
-        change(data)
-        (directory / name).write_text(json.dumps(data), encoding="utf-8")
-        return directory
-
-    return make
 
 
 def write(arch: str, name: str, content: bytes, remove: tuple[str, ...] = ()):
@@ -97,6 +90,105 @@ IMPORT = [
      ["eos token id 999 is outside"]),
 ]  # fmt: skip
 
+# issue 26: a Hugging Face directory read as strictly as our own (src/heedful/hf/fields.py,
+# files.py, tokenizer_files.py; the weights in loading.py)
+STRICT = [
+    ("more-layers-than-the-weights", setting("marian", "config.json", encoder_layers=3),
+     ["more layers", "model.encoder.layers.2."]),
+    ("fewer-layers-than-the-weights", setting("marian", "config.json", decoder_layers=1),
+     ["unexpected", "model.decoder.layers.1."]),
+    ("weights-tensor-missing",
+     tensors("bart", lambda t: t.pop("model.encoder.layers.0.fc1.weight")),
+     ["model.encoder.layers.0.fc1.weight"]),
+    ("weights-tensor-unexpected",
+     tensors("bart", lambda t: t.update({"model.extra.weight": torch.zeros(2, 2)})),
+     ["unexpected ['model.extra.weight']"]),
+    ("weights-tensor-other-shape", setting("bart", "config.json", max_position_embeddings=1),
+     ["model.encoder.embed_positions.weight is [130, 32]", "describes [3, 32]"]),
+    ("vocab-size-larger-than-the-weights", setting("t5", "config.json", vocab_size=10**6),
+     ["shared.weight is [48, 32] in the weights", "describes [1000000, 32]"]),
+    ("weights-nan", tensors("t5", lambda t: t["shared.weight"].__setitem__((0, 0), torch.nan)),
+     ["NaN or infinite"]),
+    ("index-shard-in-parent", index_naming(lambda t: "../shard.safetensors"),
+     ["weight_map", "'../shard.safetensors'", "no '..'"]),
+    ("index-shard-absolute", index_naming(lambda t: str(t / "abs" / "shard.safetensors")),
+     ["weight_map", "no absolute path"]),
+    ("index-shard-linked-out", index_naming(lambda t: "shard.safetensors", linked=True),
+     ["shard.safetensors: leads to", "outside"]),
+    ("index-without-weight-map", index_naming(lambda t: "shard.safetensors", listed=[]),
+     ["model.safetensors.index.json: no weight_map"]),
+    ("weights-linked-out", linked_out("bart", "model.safetensors"), ["leads to", "outside"]),
+    ("tokenizer-linked-out", linked_out("t5", "tokenizer.json"), ["leads to", "outside"]),
+    ("config-linked-out", linked_out("marian", "generation_config.json"),
+     ["generation_config.json: leads to", "outside"]),
+    ("vocab-size-string", setting("bart", "config.json", vocab_size="300"),
+     ["config.json: vocab_size must be a whole number", "'300'"]),
+    ("vocab-size-bool", setting("t5", "config.json", vocab_size=True),
+     ["config.json: vocab_size must be a whole number", "True"]),
+    ("layers-float", setting("marian", "config.json", encoder_layers=2.0),
+     ["config.json: encoder_layers must be a whole number", "2.0"]),
+    ("init-std-infinite", setting("bart", "config.json", init_std=float("inf")),
+     ["config.json: init_std is inf"]),
+    ("num-beams-string", setting("bart", "generation_config.json", num_beams="5"),
+     ["generation_config.json: num_beams must be a whole number", "'5'"]),
+    ("num-beams-float", setting("bart", "generation_config.json", num_beams=2.5),
+     ["generation_config.json: num_beams must be a whole number", "2.5"]),
+    ("num-beams-huge", setting("bart", "generation_config.json", num_beams=10**6),
+     ["num_beams must be from 1 to 256"]),
+    ("generation-config-not-object", write("t5", "generation_config.json", b"[1, 2]"),
+     ["generation_config.json: must be a JSON object"]),
+    ("bad-words-outside-vocabulary",
+     setting("marian", "generation_config.json", bad_words_ids=[[99999]]),
+     ["bad_words_ids", "99999 is outside", "vocabulary of 50"]),
+    ("bad-words-negative", setting("marian", "generation_config.json", bad_words_ids=[[-1]]),
+     ["bad_words_ids", "-1 is outside"]),
+    ("bad-words-not-nested", setting("marian", "generation_config.json", bad_words_ids=[49]),
+     ["bad_words_ids must be a list of lists"]),
+    ("forced-bos-outside-vocabulary",
+     setting("bart", "generation_config.json", forced_bos_token_id=99999),
+     ["forced_bos_token_id", "99999 is outside"]),
+    ("forced-bos-negative", setting("bart", "generation_config.json", forced_bos_token_id=-1),
+     ["forced_bos_token_id", "-1 is outside"]),
+    ("forced-eos-outside-vocabulary", setting("bart", "config.json", forced_eos_token_id=99999),
+     ["forced_eos_token_id", "99999 is outside"]),
+    ("decoder-start-bool", setting("bart", "config.json", decoder_start_token_id=True),
+     ["decoder_start_token_id must be a token id", "True"]),
+    ("eos-list-of-strings", setting("bart", "generation_config.json", eos_token_id=["2"]),
+     ["eos_token_id must be a token id", "['2']"]),
+    ("eos-list-with-pad", setting("bart", "generation_config.json", eos_token_id=[2, 1]),
+     ["pad and eos are the same token"]),
+    ("eos-null-everywhere", edits("t5", config_json=lambda d: d.update(eos_token_id=None),
+                                  generation_config_json=lambda d: d.pop("eos_token_id")),
+     ["config.json: no eos_token_id"]),
+    ("pad-null-no-pad-token", edits("marian", config_json=lambda d: d.update(pad_token_id=None),
+                                    generation_config_json=lambda d: d.pop("pad_token_id"),
+                                    tokenizer_config_json=lambda d: d.update(pad_token=None)),
+     ["pad_token_id is null and the tokenizer has no pad token"]),
+    ("tokenizer-and-config-disagree", setting("m2m_100", "config.json", pad_token_id=3),
+     ["the tokenizer's pad token is id 1", "pad_token_id is 3"]),
+    ("tokenizer-class-of-another-model",
+     setting("marian", "tokenizer_config.json", tokenizer_class="BertTokenizer"),
+     ["tokenizer_class 'BertTokenizer' is not a marian tokenizer"]),
+    ("tokenizer-json-model-null", setting("bart", "tokenizer.json", model=None),
+     ["tokenizer.json: the key 'model' must be an object"]),
+    ("tokenizer-json-not-object", write("t5", "tokenizer.json", b"[]"),
+     ["tokenizer.json: must be a JSON object"]),
+    ("tokenizer-config-eos-a-number", setting("t5", "tokenizer_config.json", eos_token=1),
+     ["tokenizer_config.json: eos_token must be a string", "got 1"]),
+    ("added-tokens-negative-id", write("marian", "added_tokens.json", b'{"<extra>": -5}'),
+     ["added_tokens.json: the id of '<extra>' must be a whole number", "-5"]),
+    ("vocab-duplicate-id", setting("marian", "vocab.json", zzz=5), ["both have the id 5"]),
+    ("vocab-repeated-piece", repeated_piece, ["vocab.json", "the key '</s>' appears twice"]),
+    ("vocab-negative-id", setting("marian", "vocab.json", zzz=-3),
+     ["vocab.json: the id of 'zzz' must be a whole number", "-3"]),
+    ("vocab-float-id", setting("m2m_100", "vocab.json", zzz=5.0),
+     ["vocab.json: the id of 'zzz' must be a whole number", "5.0"]),
+    ("vocab-missing-eos", edit_json("marian", "vocab.json", lambda d: d.pop("</s>")),
+     ["vocab.json: no '</s>', the eos_token"]),
+    ("vocab-missing-unk", edit_json("m2m_100", "vocab.json", lambda d: d.pop("<unk>")),
+     ["vocab.json: no '<unk>', the unk_token"]),
+]  # fmt: skip
+
 
 def heedful_model(**options):
     def make(tmp_path, hf_dirs):
@@ -122,7 +214,7 @@ EXPORT = [
     ("export-char-tokenizer", char_model, ["SentencePiece"]),
     ("export-a-hugging-face-dir", copy_of("marian"), ["a Hugging Face model ('marian')"]),
 ]
-CASES = [pytest.param(*case[1:], "import", id=case[0]) for case in IMPORT] + [
+CASES = [pytest.param(*case[1:], "import", id=case[0]) for case in IMPORT + STRICT] + [
     pytest.param(*case[1:], "export", id=case[0]) for case in EXPORT
 ]
 
@@ -166,3 +258,88 @@ def test_a_tokenizer_smaller_than_the_model_is_fine(hf_dirs, tmp_path):
     save_file(tensors, weights, metadata={"format": "pt"})
     [out] = heedful.load(directory).translate(["a small dog"])
     assert isinstance(out.text, str)
+
+
+# The /translate side: a directory whose every request would fail is refused before serving.
+SERVED = [
+    "bad-words-outside-vocabulary",
+    "forced-bos-outside-vocabulary",
+    "more-layers-than-the-weights",
+]
+
+
+@pytest.mark.parametrize("make, words, surface", [c for c in CASES if c.id in SERVED], ids=SERVED)
+def test_serve_refuses_what_would_fail_every_request(make, words, surface, hf_dirs, tmp_path):
+    """`heedful serve` loads through the same checks, so it never reports ready: before,
+    bad_words_ids [[99999]] or forced_bos_token_id 99999 loaded and made every /translate a
+    500 (an IndexError in the search), and extra layers translated with random weights."""
+    directory = make(tmp_path, hf_dirs)
+    result = CliRunner().invoke(main, ["serve", str(directory), "--port", "0"], prog_name="heedful")
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert all(word in result.output for word in words), result.output
+
+
+def hub_snapshot(tmp_path, hf_dirs):
+    """huggingface_hub's cache: snapshots/REV/NAME are symbolic links to ../../blobs/HASH."""
+    repo = tmp_path / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    for path in hf_dirs["marian"].iterdir():
+        shutil.copy(path, repo / "blobs" / f"sha-{path.name}")
+        (snapshot / path.name).symlink_to(Path("../../blobs") / f"sha-{path.name}")
+    return snapshot
+
+
+def test_the_hub_caches_links_are_inside_the_model(hf_dirs, translators, tmp_path):
+    """The links that lead out of a directory are refused, except the Hugging Face cache's
+    own (a snapshot's files link to the blobs of the same model)."""
+    texts = ["a small dog runs", "the man plays"]
+    found = heedful.load(hub_snapshot(tmp_path, hf_dirs)).translate(texts)
+    assert [t.text for t in found] == [t.text for t in translators["marian"].translate(texts)]
+
+
+# Configs as real models have them, which heedful now reads as transformers does (before: a
+# traceback); each translates as the model it was edited from, or as generate() does.
+ACCEPTED = [
+    ("pad-null-uses-the-tokenizers", "bart",
+     edits("bart", config_json=lambda d: d.update(pad_token_id=None),
+           generation_config_json=lambda d: d.pop("pad_token_id"))),
+    ("eos-list-in-config", "bart", setting("bart", "config.json", eos_token_id=[2])),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("arch, make", [pytest.param(*c[1:], id=c[0]) for c in ACCEPTED])
+def test_a_real_models_config_translates(arch, make, hf_dirs, translators, tmp_path):
+    from .builders import TEXTS
+
+    found = heedful.load(make(tmp_path, hf_dirs)).translate(TEXTS, num_beams=2)
+    expected = translators[arch].translate(TEXTS, num_beams=2)
+    assert [t.text for t in found] == [t.text for t in expected]
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_several_end_tokens_end_where_generate_ends(beams, hf_dirs, translators, tmp_path):
+    """generation_config.json's eos_token_id [0, X] (generate() stops on either): heedful ends
+    its translations where generate() does, with X one of the tokens the model writes."""
+    from .test_search import LIMIT, TEXTS, generate
+
+    written = [i for row in generate(translators["marian"], TEXTS, 1) for i in row[1:]]
+    end = max(set(written) - {0}, key=written.count)  # a token the model often writes
+    directory = setting("marian", "generation_config.json", eos_token_id=[0, end])(
+        tmp_path, hf_dirs
+    )
+    translator = heedful.load(directory)
+    theirs = []
+    for row in generate(translator, TEXTS, beams):
+        cut = next((n for n, i in enumerate(row) if i in (0, end)), None)
+        theirs.append((row[:cut], cut is not None))
+    src = pad([translator.src_tokenizer.encode(t) for t in TEXTS])
+    found = translator.search(
+        src, beams, 1, max_len_ratio=0.0, max_len_offset=LIMIT, length_penalty=0.0
+    )
+    columns = translator.model.ids.columns
+    mine = [([int(columns[i]) for i in h.tokens], h.finished) for [h] in found]
+    assert mine == theirs
+    assert any(ended and len(tokens) < LIMIT for tokens, ended in theirs)

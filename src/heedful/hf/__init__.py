@@ -2,6 +2,9 @@
 Transformers as Marian models: `pip install 'heedful[hf]'`.
 
     layout.py    which directories are Hugging Face ones, and which heedful opens (no transformers)
+    files.py     every file inside the directory (links and index entries), the weights' headers
+    fields.py    config.json and generation_config.json checked key by key: types, finite, ids
+    tokenizer_files.py  the tokenizer's class and files (tokenizer.json, vocab.json) checked
     vocab.py     their ids renumbered as heedful's (specials at 0-3), the tokenizer behind ours
     model.py     HFSeq2Seq: encode / decode_step over the model, with its own cache
     loading.py   a directory -> the parts of a Translator

@@ -39,9 +39,51 @@ import torch
 from heedful.checkpoint import load_model_dir
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from heedful.hf.layout import import_transformers
-from heedful.io import CheckpointError, staged
+from heedful.io import CheckpointError, atomic_write_json, read_json, staged
+from heedful.output_dirs import DirectoryKind, check_output, replaceable
 
 MIN_POSITIONS = 1024  # Marian's table is fixed, ours grows: cover any sentence one translates
+MARKER, MARKER_FORMAT = "heedful-export.json", "heedful-huggingface-export"
+# What exports made before the marker hold (transformers 4.x's save_pretrained and ours)
+EARLIER_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors",
+                           "source.spm", "target.spm", "vocab.json", "target_vocab.json",
+                           "tokenizer_config.json", "special_tokens_map.json",
+                           "added_tokens.json"})  # fmt: skip
+
+
+def _written(directory: Path) -> frozenset[str] | None:
+    """The files an export of ours holds, by its marker (or, made before the marker, by the
+    files only ours have: Marian with separate vocabularies); None: not an export of ours."""
+    if (directory / MARKER).is_file():
+        try:
+            marker = read_json(directory / MARKER, 1 << 20)
+        except CheckpointError:
+            return None
+        if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT:
+            return None
+        files = marker.get("files")
+        if not isinstance(files, list):
+            return None
+        return frozenset(name for name in files if isinstance(name, str)) | {MARKER}
+    try:
+        config = read_json(directory / "config.json", 1 << 20)
+    except CheckpointError:
+        return None
+    ours = ("source.spm", "target.spm", "target_vocab.json")
+    if isinstance(config, dict) and config.get("model_type") == "marian":
+        return EARLIER_FILES if all((directory / n).is_file() for n in ours) else None
+    return None
+
+
+def _owned(path: Path) -> bool:
+    files = _written(path.parent)
+    return files is not None and path.name in files and path.is_file() and not path.is_symlink()
+
+
+# What `heedful export --format huggingface` replaces: an export of its own, holding nothing else
+MARIAN_EXPORT = DirectoryKind(
+    "a heedful Hugging Face export", lambda d: _written(d) is not None, _owned
+)
 
 
 def _check_exportable(loaded, model_dir) -> None:
@@ -169,6 +211,7 @@ def export_huggingface(model_dir: str | Path, output: str | Path) -> Path:
     transformers loads (MarianMTModel / MarianTokenizer .from_pretrained(output))."""
     hf = import_transformers()
     model_dir = Path(model_dir)
+    check_output(output, MARIAN_EXPORT, [model_dir])  # before anything is read
     loaded = load_model_dir(model_dir)
     _check_exportable(loaded, model_dir)
     model, config = loaded.model, loaded.model_config
@@ -185,7 +228,9 @@ def export_huggingface(model_dir: str | Path, output: str | Path) -> Path:
         raise RuntimeError(f"export wrote weights Marian does not have: {sorted(unexpected)}")
     marian.generation_config.num_beams = loaded.generation.num_beams
     marian.generation_config.bad_words_ids = None  # heedful's search bans nothing
-    with staged(Path(output)) as build:
+    with staged(Path(output), check=replaceable(MARIAN_EXPORT, [model_dir])) as build:
         marian.eval().save_pretrained(build)
         _write_tokenizer(hf, loaded, build)
+        files = sorted(path.name for path in build.iterdir())  # what a new export may replace
+        atomic_write_json(build / MARKER, {"format": MARKER_FORMAT, "files": files})
     return Path(output)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from heedful.hf.files import check_files, weight_files
 from heedful.io import CheckpointError, read_json
 
 # model_type (config.json) -> what it is; NLLB checkpoints are model_type m2m_100
@@ -59,7 +60,8 @@ def is_huggingface_dir(directory: str | Path) -> bool:
 
 def check_layout(directory: str | Path) -> str:
     """The model_type of a Hugging Face directory heedful can open, or a CheckpointError
-    that says why not: an architecture outside SUPPORTED, or weights only in pickle files."""
+    that says why not: an architecture outside SUPPORTED, weights only in pickle files, or a
+    file (or a shard the index names) outside the directory (files.py)."""
     directory = Path(directory)
     config = read_hf_config(directory)
     if config is None:
@@ -84,6 +86,8 @@ def check_layout(directory: str | Path) -> str:
             "AutoModelForSeq2SeqLM.from_pretrained(DIR).save_pretrained(DIR, "
             "safe_serialization=True), on a machine where you trust the file"
         )
+    check_files(directory)  # every file inside the directory, shards included
+    weight_files(directory)
     return model_type
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from heedful.data.tokenizers import BOS_ID, PAD_ID, UNK_ID
+from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from heedful.io import CheckpointError
 
 
@@ -25,29 +25,41 @@ class IdMap(nn.Module):
     """inputs[i]: the model id our id i reads as; columns[i]: the model's output column our id
     i is, or V (its vocabulary size), a column of -inf, for our <s> (and <unk> when it has
     none); ours: model id -> our id. A module, so that its two tables follow the model to
-    its device."""
+    its device.
 
-    def __init__(self, inputs: list[int], columns: list[int], virtual: int):
+    A model with several end tokens (generation_config.json's eos_token_id [2, 3]: generate()
+    stops on any) has them all as our </s>: its score is the best of theirs, which is the score
+    generate() gives the hypothesis that ends there, and the others have no id of their own.
+    """
+
+    def __init__(self, inputs: list[int], columns: list[int], virtual: int, ends=()):
         super().__init__()
         self.register_buffer("inputs", torch.tensor(inputs), persistent=False)  # (V',)
         self.register_buffer("columns", torch.tensor(columns), persistent=False)  # (V',)
+        # (E,) every model id that ends a translation, ours first; empty when there is one
+        self.register_buffer("ends", torch.tensor(ends, dtype=torch.long), persistent=False)
         self.ours = {column: i for i, column in enumerate(columns) if column != virtual}
+        self.ours.update({end: EOS_ID for end in ends})
 
     @classmethod
-    def build(cls, vocab_size: int, pad: int, start: int, eos: int, unk: int | None) -> IdMap:
-        named = {"pad": pad, "eos": eos, "decoder start": start, "unk": unk}
-        for name, i in named.items():
+    def build(cls, vocab_size: int, pad: int, start: int, eos, unk: int | None) -> IdMap:
+        """eos: the model's end token, or a sequence of them (the first is what ours reads)."""
+        ends = (eos,) if isinstance(eos, int) else tuple(eos)
+        named = {"pad": pad, "decoder start": start, "unk": unk}
+        for name, i in [*named.items(), *(("eos", end) for end in ends)]:
             if i is not None and not 0 <= i < vocab_size:
                 raise CheckpointError(
                     f"the {name} token id {i} is outside the model's vocabulary of {vocab_size}"
                 )
-        if pad == eos:
+        if pad in ends:
             raise CheckpointError(f"pad and eos are the same token ({pad}); heedful needs two")
-        special = {pad, eos} | ({unk} if unk is not None else set())
+        eos = ends[0]
+        special = {pad, *ends} | ({unk} if unk is not None else set())
         rest = [i for i in range(vocab_size) if i not in special]
         virtual = vocab_size  # the -inf column
         unk_in, unk_out = (pad, virtual) if unk is None else (unk, unk)
-        return cls([pad, start, eos, unk_in, *rest], [pad, virtual, eos, unk_out, *rest], virtual)
+        inputs, columns = [pad, start, eos, unk_in, *rest], [pad, virtual, eos, unk_out, *rest]
+        return cls(inputs, columns, virtual, ends if len(ends) > 1 else ())
 
     def __len__(self) -> int:
         return len(self.columns)
@@ -59,7 +71,10 @@ class IdMap(nn.Module):
     def to_ours(self, scores: torch.Tensor) -> torch.Tensor:
         """The model's scores (..., V) -> ours (..., V'): reordered, -inf for our <s>."""
         blank = scores.new_full((*scores.shape[:-1], 1), -torch.inf)
-        return torch.cat([scores, blank], dim=-1)[..., self.columns]
+        table = torch.cat([scores, blank], dim=-1)  # (..., V + 1)
+        if self.ends.numel():  # our </s>: the best of the model's end tokens
+            table[..., self.ends[0]] = table[..., self.ends].amax(-1)
+        return table[..., self.columns]
 
 
 class HFTokenizer:
