@@ -8,14 +8,16 @@
 
 `heedful export` (export.py) writes the same files with `ctranslate2/`, a CTranslate2 model,
 in place of model.safetensors; a training checkpoint adds the training state
-(training_state.py). Directories are written staged and published whole (io.py). Nothing here
-ever unpickles (`torch.load` can run code hidden in a file): a planted pickle is refused.
+(training_state.py). Directories are written staged and published whole (io.py), replacing
+only a model directory (output_dirs.py). The weights are checked and read by weights.py;
+nothing ever unpickles (`torch.load` can run code hidden in a file): a planted pickle is refused.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ from heedful.io import (
     regular_file,
     staged,
 )
+from heedful.output_dirs import DirectoryKind, check_output, replaceable
+from heedful.weights import check_computed_buffers, check_weights, load_weights
 
 FORMAT = "heedful-model"
 FORMAT_VERSION = 1
@@ -43,7 +47,31 @@ CTRANSLATE2_DIR = "ctranslate2"  # an export's CTranslate2 model (export.py)
 # model: each is checked before memory is allocated.
 MAX_JSON_BYTES = 1 << 20  # config.json and generation.json (a few hundred bytes when written)
 MAX_SIZE = 2**31 - 1  # any size or count in config.json
-MAX_COMPUTED_BYTES = 256 << 20  # buffers computed on loading (the sinusoidal table)
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.src", "tokenizer.tgt",
+               "generation.json")  # fmt: skip
+
+
+def heedful_config(directory: Path) -> dict | None:
+    """The config.json of a directory heedful wrote (its `format` field says so), or None."""
+    try:
+        meta = read_json(Path(directory) / "config.json", MAX_JSON_BYTES)
+    except CheckpointError:
+        return None
+    return meta if isinstance(meta, dict) and meta.get("format") == FORMAT else None
+
+
+def _is_model_directory(directory: Path) -> bool:
+    meta = heedful_config(directory)
+    return meta is not None and "ctranslate2" not in meta  # an export says how it was made
+
+
+def _model_file(path: Path) -> bool:
+    return path.name in MODEL_FILES and path.is_file() and not path.is_symlink()
+
+
+# What save_model_dir (and so `heedful average`) may replace: a model directory, but not a
+# training checkpoint (its training state is not a model directory's), nor an export
+MODEL_DIRECTORY = DirectoryKind("a heedful model directory", _is_model_directory, _model_file)
 
 
 def write_model_files(
@@ -94,9 +122,14 @@ def save_model_dir(
     generation: GenerationConfig = GenerationConfig(),
     languages: tuple[str, str] = ("src", "tgt"),
     pairs: tuple[tuple[str, str], ...] | None = None,
+    inputs: Iterable[str | Path] = (),
 ) -> Path:
-    """Write a complete model directory atomically (staged, then renamed into place)."""
-    with staged(directory) as build:
+    """Write a complete model directory atomically (staged, then renamed into place).
+
+    An existing `directory` is replaced only if it is a model directory and nothing else, and
+    not one of `inputs` (the directories read to make this one) or around or inside them.
+    """
+    with staged(directory, check=replaceable(MODEL_DIRECTORY, inputs)) as build:
         write_model_files(
             build, model, model_config, src_tokenizer, tgt_tokenizer, generation, languages, pairs
         )
@@ -183,94 +216,6 @@ def _check_weights_file(path: Path) -> None:
     regular_file(path)
 
 
-def check_weights(model: nn.Module, path: Path) -> None:
-    """Compare every tensor `model` holds with the safetensors header of `path`: names, shapes
-    and dtypes. Reads the header only; given a model built on the meta device, a config.json
-    that describes a huge model fails here, naming a tensor, before any memory is allocated.
-    """
-    from safetensors import SafetensorError, safe_open
-
-    _check_weights_file(path)
-    try:
-        with safe_open(str(path), framework="pt") as f:  # validates the header and the offsets
-            header = {
-                name: (f.get_slice(name).get_shape(), f.get_slice(name).get_dtype())
-                for name in f.keys()
-            }
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(
-            f"{path}: not a valid safetensors file ({error}); refusing to load"
-        ) from None
-    expected = model.state_dict(keep_vars=True)
-    aliases: dict[int, list[str]] = {}  # tied weights: save_model writes one name of each
-    for name, tensor in expected.items():
-        aliases.setdefault(id(tensor), []).append(name)
-    for name, tensor in expected.items():  # shapes first: they say which sizes disagree
-        want = (list(tensor.shape), _SAFETENSORS_DTYPES.get(tensor.dtype, str(tensor.dtype)))
-        if name in header and (list(header[name][0]), header[name][1]) != want:
-            shape, dtype = header[name]
-            raise CheckpointError(
-                f"{path}: tensor {name} is {dtype} {list(shape)} in the file, but config.json "
-                f"describes {want[1]} {want[0]}; the weights and config.json do not belong "
-                "together"
-            )
-    missing = [names[0] for names in aliases.values() if not any(n in header for n in names)]
-    unexpected = sorted(set(header) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path}: weights do not match the model config.json describes (missing "
-            f"{sorted(missing)[:5]}, unexpected {unexpected[:5]})"
-        )
-
-
-_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-                       torch.int64: "I64"}  # I64: BatchNorm's num_batches_tracked  # fmt: skip
-
-
-def _check_computed_buffers(model: nn.Module, config_path: Path) -> None:
-    """Buffers the weights file does not hold (the sinusoidal table) are computed on loading:
-    their size comes from config.json alone, so a checked header does not bound it."""
-    saved = set(model.state_dict())
-    for name, buffer in model.named_buffers():
-        size = buffer.numel() * buffer.element_size()
-        if name not in saved and size > MAX_COMPUTED_BYTES:
-            raise CheckpointError(
-                f"{config_path}: the model it describes computes {name} of shape "
-                f"{list(buffer.shape)} on loading ({size / 2**30:.1f} GiB, more than "
-                f"{MAX_COMPUTED_BYTES >> 20} MiB): check model.max_positions and model.d_model"
-            )
-
-
-def load_weights(model: nn.Module, path: Path) -> None:
-    """Load safetensors weights into `model`; anything else (a pickle, say) is refused unread.
-
-    NaN or infinite weights are refused too, naming the tensor: such a model (a diverged
-    training run) translates every sentence into garbage without an error.
-    """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_model
-
-    _check_weights_file(path)
-    try:
-        missing, unexpected = load_model(model, str(path), strict=False)
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(
-            f"{path}: not a valid safetensors file ({error}); refusing to load"
-        ) from None
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path}: weights do not match the model (missing {sorted(missing)[:5]}, "
-            f"unexpected {sorted(unexpected)[:5]})"
-        )
-    for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            count = int((~torch.isfinite(tensor)).sum())
-            raise CheckpointError(
-                f"{path}: tensor {name} holds {count} NaN or infinite values; refusing to load "
-                "weights that cannot translate (did training diverge?)"
-            )
-
-
 def load_tokenizers(directory: Path, meta: dict) -> tuple[Any, Any]:
     """tokenizer.src and tokenizer.tgt, each checked against config.json's vocabulary size.
 
@@ -320,8 +265,9 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
         raise CheckpointError(
             f"{directory / 'config.json'}: cannot build the model it describes ({error})"
         ) from None
+    _check_weights_file(directory / "model.safetensors")  # an export: say so
     check_weights(skeleton, directory / "model.safetensors")
-    _check_computed_buffers(skeleton, directory / "config.json")
+    check_computed_buffers(skeleton, directory / "config.json")
     src_tokenizer, tgt_tokenizer = load_tokenizers(directory, meta)
     sides = (directory / "tokenizer.src", directory / "tokenizer.tgt")
     if model_config.copy and len({path.read_bytes() for path in sides}) > 1:
@@ -371,6 +317,7 @@ def average_checkpoints(directories: list[str | Path], output: str | Path) -> Pa
     """Average the weights of model directories of one architecture (Vaswani et al. 2017, §6.1)."""
     if not directories:
         raise CheckpointError("average needs at least one model directory")
+    check_output(output, MODEL_DIRECTORY, directories)  # before the models load
     loaded = [load_model_dir(d) for d in directories]
     first = loaded[0]
     for d, other in zip(directories, loaded):
@@ -397,4 +344,5 @@ def average_checkpoints(directories: list[str | Path], output: str | Path) -> Pa
         first.generation,
         (first.src_lang, first.tgt_lang),
         first.pairs if first.target_tokens else None,
+        inputs=directories,
     )

@@ -36,16 +36,24 @@ CTranslate2 speaks in token strings, so its vocabularies are our pieces in id or
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from heedful.checkpoint import CTRANSLATE2_DIR, CheckpointError, load_model_dir, read_model_config
+from heedful.checkpoint import (
+    CTRANSLATE2_DIR,
+    CheckpointError,
+    heedful_config,
+    load_model_dir,
+    read_model_config,
+)
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
 from heedful.io import atomic_write_json, staged
+from heedful.output_dirs import DirectoryKind, check_output, replaceable
 from heedful.positional import sinusoidal_encoding
 
 # ctranslate2 here; huggingface: a Marian model directory for transformers (heedful.hf.export)
@@ -56,6 +64,26 @@ QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float3
 # Sinusoidal tables are exported at least this long: our encoding extends itself on the fly,
 # CTranslate2's explicit table cannot, so it should cover any sentence one would translate.
 MIN_SINUSOIDAL_POSITIONS = 1024
+EXPORT_FILES = ("config.json", "tokenizer.src", "tokenizer.tgt", "generation.json")
+# what CTranslate2's spec.save writes (vocabularies: .json since 3.0, .txt before)
+CTRANSLATE2_FILES = re.compile(r"(config\.json|model\.bin|\w*vocabulary\.(json|txt))")
+
+
+def _is_export(directory: Path) -> bool:
+    meta = heedful_config(directory)  # the marker: config.json's "ctranslate2" entry
+    return meta is not None and isinstance(meta.get("ctranslate2"), dict)
+
+
+def _export_entry(path: Path) -> bool:
+    if path.is_symlink():
+        return False
+    if path.name == CTRANSLATE2_DIR and path.is_dir():
+        return all(CTRANSLATE2_FILES.fullmatch(p.name) and p.is_file() for p in path.iterdir())
+    return path.name in EXPORT_FILES and path.is_file()
+
+
+# What `heedful export` (CTranslate2) replaces: an export of its own, holding nothing else
+CTRANSLATE2_EXPORT = DirectoryKind("a heedful CTranslate2 export", _is_export, _export_entry)
 
 
 def import_ctranslate2():
@@ -193,6 +221,7 @@ def export_ctranslate2(
     """
     ctranslate2 = import_ctranslate2()
     model_dir = Path(model_dir)
+    check_output(output, CTRANSLATE2_EXPORT, [model_dir])  # before anything is read
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(
             f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
@@ -212,7 +241,7 @@ def export_ctranslate2(
         loaded.model, loaded.model_config, loaded.src_tokenizer, loaded.tgt_tokenizer
     )
     spec.optimize(quantization=quantization)  # aliases equal weights (tied ones), quantizes
-    with staged(Path(output)) as build:
+    with staged(Path(output), check=replaceable(CTRANSLATE2_EXPORT, [model_dir])) as build:
         (build / CTRANSLATE2_DIR).mkdir()
         spec.save(str(build / CTRANSLATE2_DIR))
         for name in ("tokenizer.src", "tokenizer.tgt", "generation.json"):

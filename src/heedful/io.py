@@ -93,7 +93,7 @@ def _umask() -> int:
 
 
 @contextmanager
-def staged(final: Path) -> Iterator[Path]:
+def staged(final: Path, check: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Build a directory that appears at `final` whole or not at all; an old one is replaced.
 
         with staged(path) as build:
@@ -101,9 +101,13 @@ def staged(final: Path) -> Iterator[Path]:
 
     `build` is a fresh hidden directory beside `final` (.NAME.tmp-RANDOM, same file system, so
     publishing is a rename). When the block ends, every file in it is fsynced and it is renamed
-    to `final`; when the block raises, it is deleted and `final` stays as it was.
+    to `final`; when the block raises, it is deleted and `final` stays as it was. `check(final)`
+    (output_dirs.check_output) raises if `final` is not the caller's to replace: it runs before
+    anything is made and again just before the old `final` is replaced.
     """
     final = Path(final)
+    if check is not None:
+        check(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     build, _ = _create_unique(
         final.parent, f".{final.name}.tmp-", "", lambda name: os.mkdir(name, 0o777)
@@ -111,6 +115,8 @@ def staged(final: Path) -> Iterator[Path]:
     try:
         yield build
         _fsync_tree(build)  # the data on disk before the rename makes it visible
+        if check is not None:
+            check(final)  # written into while we built, or made a link: still ours to replace?
         _publish(build, final)
     except BaseException:
         shutil.rmtree(build, ignore_errors=True)

@@ -6,6 +6,9 @@ RUN_DIR/checkpoints/step-N/     model directory + training state, written atomic
 RUN_DIR/latest, RUN_DIR/best    symlinks to the newest and the best checkpoint
 RUN_DIR/scores.json             the early-stopping metric of each kept checkpoint
 RUN_DIR/train.lock              held (flock) by the one trainer writing here; holds its pid
+
+Training starts only in a new or empty directory or a run directory (train.lock is its
+marker), and `--force` deletes only the entries above, refusing a run that holds others.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +32,7 @@ from heedful.io import (
     recover_directories,
     staged,
 )
+from heedful.output_dirs import DirectoryKind, foreign_entries, listed
 from heedful.training import Distributed
 from heedful.training_state import TrainState
 
@@ -43,9 +48,53 @@ CHECKPOINT_FILES = (
     "training_state.json",
 )
 
+RUN_FILES = (LOCK_FILE, "config.yaml", "metrics.jsonl", "scores.json")
+# rank-N.log: experiment._voice; .latest.tmp-PID: _point; .step-N.tmp-* / .old-*: io.staged
+RANK_LOG = re.compile(r"rank-\d+\.log")
+LINK = re.compile(r"(latest|best|\.(latest|best)\.tmp-\d+)")
+CHECKPOINT = re.compile(r"step-\d+|\.step-\d+\.(tmp|old)-[A-Za-z0-9_]+")
+
+
+def _is_run_dir(directory: Path) -> bool:
+    """train.lock, which every heedful train makes first; a run from before it had one has
+    metrics.jsonl beside checkpoints/."""
+    if (directory / LOCK_FILE).is_file():
+        return True
+    return (directory / "metrics.jsonl").is_file() and (directory / "checkpoints").is_dir()
+
+
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _run_entry(path: Path) -> bool:
+    """Whether heedful train writes this entry of a run directory (by name and type)."""
+    if path.is_symlink():
+        return bool(LINK.fullmatch(path.name))
+    if path.is_file():
+        return path.name in RUN_FILES or bool(RANK_LOG.fullmatch(path.name))
+    if path.name == "checkpoints" and _real_dir(path):
+        return all(_checkpoint(p) for p in path.iterdir())
+    if path.name == "tensorboard" and _real_dir(path):
+        return all(p.name.startswith("events.out.tfevents.") for p in path.iterdir())
+    return False
+
+
+def _checkpoint(path: Path) -> bool:
+    return (
+        bool(CHECKPOINT.fullmatch(path.name))
+        and _real_dir(path)
+        and all(p.name in CHECKPOINT_FILES and p.is_file() for p in path.iterdir())
+    )
+
+
+# What `train --force` deletes: only a run directory's own entries, and only in a run directory
+RUN_DIRECTORY = DirectoryKind("a heedful run directory", _is_run_dir, _run_entry)
+
 
 class RunError(ValueError):
-    """The run directory cannot be trained in now (another trainer is writing to it)."""
+    """The run directory cannot be trained in: another trainer is writing to it, or it holds
+    files that heedful train did not write (which --force would delete)."""
 
 
 class Run:
@@ -70,6 +119,7 @@ class Run:
         if not self.dist.is_main:
             yield
             return
+        self._check_writable()
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / LOCK_FILE
         with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+") as f:
@@ -89,14 +139,39 @@ class Run:
             finally:
                 f.truncate(0)  # closing the file releases the lock
 
+    def _check_writable(self) -> None:
+        """Train only in a new or empty directory or a run directory: config.yaml and
+        metrics.jsonl are common names, and a directory of the user's may hold its own."""
+        for above in (self.dir, *self.dir.absolute().parents):
+            if os.path.lexists(above) and not above.is_dir():
+                raise RunError(f"{above}: a file, not a directory; give --run-dir a directory")
+            if above.is_dir():
+                break
+        if not self.dir.is_dir() or _is_run_dir(self.dir):
+            return
+        names = sorted(p.name for p in self.dir.iterdir() if not RANK_LOG.fullmatch(p.name))
+        if names:  # rank-N.log: the other processes of this run may have begun it
+            raise RunError(
+                f"{self.dir}: not empty, and not a heedful run directory (it holds "
+                f"{listed(names)}); give --run-dir a new or empty directory"
+            )
+
     def clear(self) -> None:
-        """--force: delete the run's files, all but the lock this process holds."""
+        """--force: delete the run's files, all but the lock this process holds; refused,
+        deleting nothing, if the directory holds anything heedful train did not write."""
         if not self.dist.is_main:
             return
+        foreign = foreign_entries(self.dir, RUN_DIRECTORY)
+        if foreign:
+            raise RunError(
+                f"{self.dir}: --force deletes a run directory's own files, but it also holds "
+                f"{listed(foreign)}, which heedful train did not write there; move them out "
+                "(nothing was deleted), or give another --run-dir"
+            )
         for path in self.dir.iterdir():
             if path.name == LOCK_FILE:
                 continue
-            if path.is_dir() and not path.is_symlink():
+            if _real_dir(path):
                 shutil.rmtree(path)
             else:
                 path.unlink()

@@ -66,7 +66,12 @@ def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress)
 @click.argument("config_path", type=click.Path(dir_okay=False))
 @overrides_option("train.max_steps=200")
 @click.option("--run-dir", default=None, help="Run directory [default: runs/<config name>].")
-@click.option("--force", is_flag=True, help="Delete an existing run directory and start over.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Delete the run directory's checkpoints and logs and start over (refused, deleting "
+    "nothing, if it holds files heedful train did not write).",
+)
 @click.option("--progress/--no-progress", default=True)
 @click.option(
     "--threads",
@@ -93,7 +98,15 @@ def train(config_path, overrides, run_dir, force, progress, threads) -> None:
 
 @click.command()
 @click.argument("model_dirs", nargs=-1, required=True, type=DIRECTORY)
-@click.option("-o", "--output", "output_dir", required=True, type=DIRECTORY)
+@click.option(
+    "-o",
+    "--output",
+    "output_dir",
+    required=True,
+    type=DIRECTORY,
+    help="The model directory to write: a new or empty one, or an earlier model directory "
+    "(replaced; nothing else is, nor one of the inputs).",
+)
 def average(model_dirs, output_dir) -> None:
     """Average the weights of several checkpoints of one model into OUTPUT."""
     from heedful.checkpoint import average_checkpoints
@@ -129,7 +142,8 @@ def _export_options() -> list[click.Parameter]:
     "output_dir",
     required=True,
     type=DIRECTORY,
-    help="The directory to write (replaced if it exists).",
+    help="The directory to write: a new or empty one, or an earlier export of the same format "
+    "(replaced; nothing else is).",
 )
 def export(model_dir, output_dir, format_, quantization) -> None:
     """Export a Transformer MODEL_DIR for a faster runtime: translate the result with
