@@ -11,6 +11,7 @@ import test_hostile_decoding as decoding
 import test_hostile_jsonl as jsonl
 import test_hostile_languages as languages
 import test_hostile_model_dirs as model_dirs
+import test_hostile_output_dirs as output_dirs
 import test_hostile_training as training
 from data import test_hostile_images as images
 from data import test_hostile_prepared as prepared
@@ -53,6 +54,7 @@ def test_the_documented_counts_are_the_tables():
         "`tests/server/test_decoding_fields.py` (`BAD`": len(decoding_fields.BAD),
         "`tests/test_hostile_jsonl.py` (`CASES`": 2 * len(jsonl.CASES),  # reader and CLI
         "`tests/data/test_hostile_prepared.py` (`CASES`": len(prepared.CASES),
+        "`tests/test_hostile_output_dirs.py` (`CASES`": len(output_dirs.CASES),
         "`tests/data/test_hostile_images.py` (`CASES`": len(images.CASES),
         "`tests/test_hostile_languages.py` (`CASES`": len(languages.CASES),
         "`tests/test_captions.py` (`HOSTILE`": len(captions.HOSTILE),

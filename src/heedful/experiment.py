@@ -234,7 +234,7 @@ def read_training_data(config: Config, dist: Distributed, progress: bool, echo) 
         train_pairs, valid_pairs = read_split(config, "train"), read_split(config, "valid")
         return TrainingData(valid_pairs, _given_tokenizers(config), train_pairs, None)
     from heedful.data.prepare import prepare, settings
-    from heedful.data.prepared import PreparedError, open_prepared, read_manifest
+    from heedful.data.prepared import PreparedError, check_prepared, open_prepared, read_manifest
 
     directory = Path(config.data.prepared)
     if dist.is_main:
@@ -244,6 +244,7 @@ def read_training_data(config: Config, dist: Distributed, progress: bool, echo) 
             if not (directory / "manifest.json").exists():
                 raise
             echo(f"warning: {error}; training on {directory} as it was prepared")
+            check_prepared(directory)  # its files as the manifest's hashes say, ids in range
     dist.barrier()
     if read_manifest(directory).get("settings") != settings(config.data):
         raise PreparedError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import gzip
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,127 @@ def trained(env: Env) -> None:
     assert (env.run_dir / "latest").exists()
 
 
+# --- issue 26: prepared directories trusted by size ------------------------------------------
+
+
+def set_ids(name: str, change: Callable[[np.ndarray], np.ndarray]):
+    """Rewrite a shard's ids in place, the same size (the manifest's hash no longer matches)."""
+
+    def damage(env: Env) -> None:
+        path = env.shard(name)
+        change(np.fromfile(path, np.uint16)).astype(np.uint16).tofile(path)
+
+    return damage
+
+
+def first_id(value: int):
+    def change(ids: np.ndarray) -> np.ndarray:
+        ids[0] = value
+        return ids
+
+    return change
+
+
+def shard_restored(env: Env) -> None:
+    from heedful.data.prepared import check_prepared
+
+    assert np.fromfile(env.shard("src.ids"), np.uint16)[0] != 65535
+    check_prepared(env.prepared)
+
+
+def node_copy(env: Env, monkeypatch) -> None:
+    """A node's own copy, read by a rank that does not hash it (rank 0 hashes its copy)."""
+    from heedful.data import prepared
+
+    monkeypatch.setattr(prepared, "verify_files", lambda *args: None, raising=False)
+    copied(set_ids("src.ids", lambda ids: np.full_like(ids, 65535)))(env)
+
+
+def listed_twice(manifest: dict) -> None:
+    split = manifest["splits"]["train"]
+    split["shards"] = split["shards"] * 2
+    for key in ("pairs", "src_tokens", "tgt_tokens"):
+        split[key] *= 2
+
+
+@copied
+def shard_outside(env: Env) -> None:
+    outside = env.prepared.parent / "outside"
+    outside.mkdir()
+    for path in env.prepared.glob("train-00000.*"):
+        (outside / path.name).write_bytes(path.read_bytes())
+    env.manifest(lambda m: m["splits"]["train"]["shards"][0].update(name="../outside/train-00000"))
+
+
+@copied
+def link_outside(env: Env) -> None:
+    outside = env.prepared.parent / "elsewhere.ids"
+    env.shard("src.ids").rename(outside)
+    env.shard("src.ids").symlink_to(outside)
+
+
+def smaller_vocabulary(env: Env) -> None:
+    """tokenizer.src replaced by one of 5 symbols, and the manifest's hash made to match."""
+    from heedful.data.prepared import sha256
+
+    swap_tokenizer(env)  # also removes the corpus
+    digest = sha256(env.prepared / "tokenizer.src")
+    env.manifest(lambda m: m["tokenizers"].update(src=digest))
+
+
+STAGING = ".prepared.tmp-0123abcd"
+
+
+def staging_left(env: Env) -> None:
+    (env.prepared.parent / STAGING).mkdir()
+    (env.prepared.parent / STAGING / "train-00000.src.ids").write_bytes(b"\0" * 64)
+
+
+def no_leftovers(env: Env) -> None:
+    assert not [p.name for p in env.prepared.parent.iterdir() if p.name.startswith(".")]
+    assert (env.prepared / "manifest.json").exists()
+
+
+def between_the_renames(env: Env) -> None:
+    """A kill between _publish's renames, on a node whose corpus is gone: the only copy is
+    .prepared.old-PID (a PID above Linux's limit: no process has it), beside a staging one."""
+    env.prepared.rename(env.prepared.with_name(".prepared.old-4194305"))
+    staging_left(env)
+    remove_inputs(env)
+
+
+def restored(env: Env) -> None:
+    no_leftovers(env)
+    trained(env)
+
+
+def users_folder(env: Env) -> None:
+    env.prepared.rename(env.prepared.with_name("mine"))
+    env.prepared.mkdir()
+    (env.prepared / "keep").write_text("x")
+
+
+def users_file_inside(env: Env) -> None:
+    (env.prepared / "notes.txt").write_text("x")
+    (env.data / "train.src").write_bytes(lines(300, "4 June 1999"))  # changed: prepared again
+
+
+def kept(name: str):
+    def check(env: Env) -> None:
+        assert (env.prepared / name).read_text() == "x"
+
+    return check
+
+
+def into_the_corpus(env: Env) -> None:
+    env.config.write_text(env.config.read_text().replace(f"prepared: {env.prepared}",
+                                                         f"prepared: {env.data}"))  # fmt: skip
+
+
+def corpus_kept(env: Env) -> None:
+    assert (env.data / "train.src").stat().st_size > 0 and (env.data / "valid.tgt").exists()
+
+
 CASES = [
     pytest.param(
         Case("prepare", fresh=True, files={"train.src": b"", "train.tgt": b""},
@@ -242,6 +364,90 @@ CASES = [
     pytest.param(Case("train", remove_inputs, code=0, check=trained,
                       words=("as it was prepared",)),
                  id="copied-directory-without-the-corpus-trains"),
+    pytest.param(
+        Case("prepare", set_ids("src.ids", first_id(65535)), code=0, check=shard_restored,
+             words=("train-00000.src.ids", "id 65535", "preparing")),
+        id="sha-same-size-shard-with-id-65535-is-prepared-again",
+    ),
+    pytest.param(
+        Case("train", copied(set_ids("src.ids", first_id(65535))),
+             words=("train-00000.src.ids", "id 65535", "not a word")),
+        id="sha-id-past-the-vocabulary-in-a-copy",
+    ),
+    pytest.param(
+        Case("train", node_copy, words=("train-00000.src.ids", "id 65535", "not a word")),
+        id="sha-id-past-the-vocabulary-read-by-a-batch-on-a-node",
+    ),
+    pytest.param(
+        Case("train", copied(set_ids("src.ids", lambda ids: ids[::-1])),
+             words=("train-00000.src.ids", "SHA-256 differs")),
+        id="sha-reversed-ids",
+    ),
+    pytest.param(
+        Case("train", copied(set_ids("tgt.ids", np.zeros_like)),
+             words=("train-00000.tgt.ids", "id 0 ")),
+        id="sha-zeroed-ids",
+    ),
+    pytest.param(
+        Case("train", smaller_vocabulary, words=("train-00000.src.ids", "not a word")),
+        id="sha-tokenizer-of-a-smaller-vocabulary-with-its-hash",
+    ),
+    pytest.param(
+        Case("train", copied(lambda env: env.manifest(listed_twice)),
+             words=("shards[1].name", "listed twice")),
+        id="shard-listed-twice",
+    ),
+    pytest.param(
+        Case("train", copied(lambda env: env.manifest(
+            lambda m: m["splits"]["train"].update(shards=[]))),
+             words=("splits.train.shards", "at least one shard")),
+        id="row0-no-shards",
+    ),
+    pytest.param(
+        Case("train", copied(lambda env: env.manifest(
+            lambda m: m["splits"]["train"]["shards"][0].update(pairs="300"))),
+             words=("shards[0].pairs", "whole number")),
+        id="row0-count-a-string",
+    ),
+    pytest.param(
+        Case("train", copied(lambda env: env.manifest(
+            lambda m: m["splits"]["train"]["shards"][0].update(src_tokens=2.0 * m["splits"][
+                "train"]["shards"][0]["src_tokens"] / 2))),
+             words=("shards[0].src_tokens", "whole number")),
+        id="row0-count-a-float",
+    ),
+    pytest.param(Case("train", shard_outside, words=("shards[0].name", "train-NNNNN")),
+                 id="shard-name-outside-the-directory"),
+    pytest.param(Case("train", link_outside, words=("src.ids", "outside the prepared directory")),
+                 id="shard-a-link-out-of-the-directory"),
+    pytest.param(
+        Case("train", copied(lambda env: (env.prepared / "valid.jsonl").write_bytes(b"")),
+             words=("valid.jsonl", "0 validation pairs", "says 16")),
+        id="row0-empty-validation-text",
+    ),
+    pytest.param(
+        Case("train", copied(lambda env: (env.prepared / "valid.jsonl").write_text(
+            '["\\ud800", "x"]\n' * 16)), words=("valid.jsonl: line 1", "surrogates not allowed")),
+        id="row0-lone-surrogate-in-validation-text",
+    ),
+    pytest.param(
+        Case("prepare", fresh=True, files={"valid.src": b"", "valid.tgt": b""},
+             words=("data.valid_src", "empty")),
+        id="row0-empty-validation-files",
+    ),
+    pytest.param(Case("prepare", staging_left, code=0, check=no_leftovers,
+                      words=(f"removed {STAGING}",)), id="staging-left-by-a-kill-prepare"),
+    pytest.param(Case("train", copied(staging_left), code=0, check=no_leftovers,
+                      words=(f"removed {STAGING}",)), id="staging-left-by-a-kill-train"),
+    pytest.param(Case("train", between_the_renames, code=0, check=restored,
+                      words=("restored", ".prepared.old-4194305")),
+                 id="killed-between-the-renames-without-the-corpus"),
+    pytest.param(Case("prepare", users_folder, words=("not empty", "'keep'"), check=kept("keep")),
+                 id="prepare-into-a-users-folder"),
+    pytest.param(Case("prepare", users_file_inside, words=("also holds", "'notes.txt'"),
+                      check=kept("notes.txt")), id="prepare-over-its-directory-with-a-users-file"),
+    pytest.param(Case("prepare", into_the_corpus, words=("holds the input",), check=corpus_kept),
+                 id="prepare-into-the-corpus-directory"),
 ]  # fmt: skip
 
 
@@ -270,3 +476,20 @@ def test_hostile_prepared_input(tmp_path, monkeypatch, case: Case):
         assert word in result.output, (word, result.output)
     if case.check is not None:
         case.check(env)
+
+
+def test_recover_keeps_what_is_live_or_not_its_own(tmp_path):
+    """The cleanup of the rows above deletes only leftovers of its own directory's name that
+    no live process holds: a `prepare` building now, a publish between its renames (its PID
+    runs), another directory's staging and names heedful does not make all survive."""
+    from heedful.data.staging import building, recover
+
+    target = tmp_path / "prepared"
+    kept = {".other.tmp-0123abcd", ".prepared.old-x", f".prepared.old-{os.getppid()}"}
+    for name in kept:
+        (tmp_path / name).mkdir()
+    with building(target) as build:
+        (build / "f").write_bytes(b"x")
+        assert recover(target) == [] and build.exists()
+    assert (target / "f").read_bytes() == b"x"
+    assert {p.name for p in tmp_path.iterdir()} == kept | {"prepared"}

@@ -14,6 +14,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -32,15 +33,28 @@ from heedful.data.prepared import (
     SIDES,
     VERSION,
     PreparedError,
+    check_prepared,
     ids_dtype,
-    open_prepared,
     read_manifest,
     sha256,
     shard_files,
 )
-from heedful.io import atomic_write_json, staged
+from heedful.data.staging import building, recover
+from heedful.io import atomic_write_json
+from heedful.output_dirs import DirectoryKind, replaceable
 
 CHUNK_PAIRS = 10_000  # pairs per task sent to a worker
+_OWN = re.compile(
+    r"manifest\.json|tokenizer\.(src|tgt)|valid\.jsonl|train-[0-9]{5,}\.(src|tgt)\.(ids|offsets)"
+)
+
+# what `prepare` replaces: a directory it wrote (its manifest there, a damaged one too, so that
+# it is made again) holding nothing else; a user's folder or file is never deleted
+PREPARED = DirectoryKind(
+    "a heedful prepared directory",
+    recognise=lambda directory: (directory / MANIFEST).is_file(),
+    owns=lambda path: bool(_OWN.fullmatch(path.name)) and path.is_file(),
+)
 
 
 def fingerprint(key: str, path: Path, known: dict | None = None) -> dict:
@@ -286,15 +300,24 @@ def _encode_train(
 
 
 def _write_valid(data, build: Path) -> int:
+    """valid.jsonl; an empty split is refused here, not at the first validation."""
+    from heedful.data.corpus import split_source
+
     count = 0
     with open(build / "valid.jsonl", "w", encoding="utf-8") as out:
         for count, pair in enumerate(iter_split(data, "valid"), start=1):  # noqa: B007
             out.write(json.dumps(pair, ensure_ascii=False) + "\n")
+    if count == 0:
+        raise PreparedError(
+            f"{split_source(data, 'valid')}: empty, no sentence pairs; the valid split needs "
+            "at least one line"
+        )
     return count
 
 
-def up_to_date(directory: Path, data, fingerprints: list[dict]) -> bool:
-    """Whether `directory` holds a complete preparation of these inputs with these settings."""
+def up_to_date(directory: Path, data, fingerprints: list[dict], echo=print) -> bool:
+    """Whether `directory` holds a complete preparation of these inputs with these settings,
+    every file as the manifest's hashes say (a damaged copy is made again, and said so)."""
     try:
         manifest = read_manifest(directory)
     except PreparedError:
@@ -304,9 +327,10 @@ def up_to_date(directory: Path, data, fingerprints: list[dict]) -> bool:
     old = {(f["key"], f["sha256"], f["bytes"]) for f in manifest.get("inputs", [])}
     if old != {(f["key"], f["sha256"], f["bytes"]) for f in fingerprints}:
         return False
-    try:  # every file there, of the size the manifest says: a damaged copy is made again
-        open_prepared(directory)
-    except PreparedError:
+    try:
+        check_prepared(directory)
+    except PreparedError as error:
+        echo(f"preparing {directory} again: {error}")
         return False
     return True
 
@@ -327,6 +351,8 @@ def prepare(
         )
     if directory.exists() and not directory.is_dir():
         raise PreparedError(f"{directory}: not a directory (data.prepared names a directory)")
+    for note in recover(directory):  # what a killed `prepare` left beside it
+        echo(note)
     workers = workers or len(os.sched_getaffinity(0))
     try:
         known = [] if force else read_manifest(directory).get("inputs", [])
@@ -334,11 +360,12 @@ def prepare(
         known = []
     known = known if isinstance(known, list) else []
     fingerprints = inputs(data, known)
-    if not force and up_to_date(directory, data, fingerprints):
+    if not force and up_to_date(directory, data, fingerprints, echo):
         echo(f"{directory}: up to date (inputs and settings unchanged); nothing to do")
         return read_manifest(directory)
     try:
-        with staged(directory) as build:
+        with building(directory, replaceable(PREPARED, [f["path"] for f in fingerprints])) as build:
+            valid_pairs = _write_valid(data, build)  # first: an empty split fails at once
             files = _tokenizers(data, build, echo)
             report, split = _encode_train(data, build, files, workers, progress)
             if report.pairs == 0:
@@ -349,7 +376,8 @@ def prepare(
                 "format": FORMAT, "version": VERSION, "settings": settings(data),
                 "inputs": fingerprints, "workers": workers,
                 "tokenizers": {side: sha256(Path(f)) for side, f in zip(SIDES, files)},
-                "splits": {"train": split}, "valid_pairs": _write_valid(data, build),
+                "splits": {"train": split}, "valid_pairs": valid_pairs,
+                "valid_sha256": sha256(build / "valid.jsonl"),
             }  # fmt: skip
             atomic_write_json(build / MANIFEST, manifest)
     except OSError as error:

@@ -14,75 +14,39 @@
 
 Nothing is unpickled and nothing is read whole: the arrays are numpy memmaps, so a process
 touches only the pages of the pairs it batches, and its memory does not grow with the corpus.
-Every count in the manifest is checked against the files when they are opened (a truncated
-shard, a manifest from another preparation), and errors name the file.
+Every field of the manifest is checked (data/manifest.py), every count against the files when
+they are opened (a truncated shard, a manifest from another preparation), and every id a batch
+reads against the vocabulary (a node's own copy that rank 0's hash check never saw); errors
+name the file.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from heedful.io import CheckpointError, read_json, regular_file
-
-FORMAT = "heedful-prepared"
-VERSION = 1
-MANIFEST = "manifest.json"
-SIDES = ("src", "tgt")
-
-
-class PreparedError(ValueError):
-    """A prepared directory that cannot be used; the message names the file and the fix."""
-
-
-def ids_dtype(vocab_size: int) -> np.dtype:
-    """The smallest unsigned integer type that holds every id of the vocabulary."""
-    return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
-
-
-def shard_files(name: str) -> dict[str, str]:
-    """The four files of a shard, by role."""
-    return {
-        f"{side}.{kind}": f"{name}.{side}.{kind}" for side in SIDES for kind in ("ids", "offsets")
-    }
-
-
-def read_manifest(directory: Path) -> dict:
-    """The manifest of a prepared directory, checked for format and version."""
-    path = directory / MANIFEST
-    if directory.exists() and not directory.is_dir():
-        raise PreparedError(f"{directory}: not a directory (data.prepared names a directory)")
-    if not directory.is_dir():
-        raise PreparedError(f"{directory}: no such prepared directory (run heedful prepare)")
-    if not path.exists():
-        raise PreparedError(
-            f"{directory}: not a prepared directory, or an incomplete one (no {MANIFEST}); "
-            "run heedful prepare again"
-        )
-    try:
-        manifest = read_json(path, max_bytes=64 << 20)
-    except CheckpointError as error:
-        raise PreparedError(str(error)) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise PreparedError(f"{path}: not a heedful prepared-data manifest")
-    if manifest.get("version") != VERSION:
-        raise PreparedError(
-            f"{path}: prepared-data format version {manifest.get('version')!r}; this heedful "
-            f"reads version {VERSION}: run heedful prepare again"
-        )
-    return manifest
+from heedful.data.manifest import (  # noqa: F401 (the names prepare.py and the CLI import)
+    FIRST_WORD_ID,
+    FORMAT,
+    MANIFEST,
+    SIDES,
+    VERSION,
+    PreparedError,
+    ids_dtype,
+    inside,
+    read_manifest,
+    sha256,
+    shard_files,
+    verify_files,
+)
 
 
 def _memmap(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
     """A read-only memmap of `count` values, after checking the file holds exactly that many."""
-    try:
-        size = regular_file(path).st_size
-    except CheckpointError as error:
-        raise PreparedError(f"{error}; run heedful prepare again") from None
+    size = path.stat().st_size  # `path` from inside(): a regular file in the directory
     expected = count * dtype.itemsize
     if size != expected:
         what = "truncated" if size < expected else "longer than the manifest says"
@@ -90,8 +54,6 @@ def _memmap(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
             f"{path}: {size:,} bytes, but the manifest says {count:,} values of {dtype} "
             f"({expected:,} bytes): the file is {what}; run heedful prepare again"
         )
-    if count == 0:
-        return np.zeros(0, dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
 
 
@@ -100,42 +62,42 @@ class _Shard:
     pairs: int
     ids: dict[str, np.ndarray]  # side -> flat ids
     offsets: dict[str, np.ndarray]  # side -> (pairs + 1,) int64
+    files: dict[str, Path]  # side -> its ids file, for messages
 
 
 def _open_shard(directory: Path, entry: dict, dtype: np.dtype) -> _Shard:
-    files = shard_files(entry["name"])
-    pairs, ids, offsets = int(entry["pairs"]), {}, {}
+    files = {role: inside(directory, file) for role, file in shard_files(entry["name"]).items()}
+    pairs, ids, offsets = entry["pairs"], {}, {}
     for side in SIDES:
         # offsets are read into memory (8 bytes a sentence); ids stay mapped, as a plain ndarray
         # view (a memmap's own slicing costs microseconds a call)
-        path = directory / files[f"{side}.offsets"]
+        path = files[f"{side}.offsets"]
         offsets[side] = np.array(_memmap(path, np.dtype(np.int64), pairs + 1))
-        path = directory / files[f"{side}.ids"]
-        ids[side] = _memmap(path, dtype, int(entry[f"{side}_tokens"])).view(np.ndarray)
+        ids[side] = _memmap(files[f"{side}.ids"], dtype, entry[f"{side}_tokens"]).view(np.ndarray)
         ends = offsets[side]
         if ends[0] != 0 or ends[-1] != len(ids[side]) or (np.diff(ends) <= 0).any():
             raise PreparedError(
-                f"{directory / files[f'{side}.offsets']}: the offsets do not describe "
-                f"{pairs:,} non-empty sentences in {len(ids[side]):,} ids; run heedful prepare "
-                "again"
+                f"{path}: the offsets do not describe {pairs:,} non-empty sentences in "
+                f"{len(ids[side]):,} ids; run heedful prepare again"
             )
-    return _Shard(pairs, ids, offsets)
+    return _Shard(pairs, ids, offsets, {side: files[f"{side}.ids"] for side in SIDES})
 
 
 class PreparedSplit:
     """One split of a prepared directory as Pairs (data/batching.py): lengths in memory (an
-    int64 per sentence), ids memory-mapped and read only for the pairs asked for."""
+    int64 per sentence), ids memory-mapped and read only for the pairs asked for, each checked
+    against its side's vocabulary size (`vocab`, source and target) as it is read."""
 
-    def __init__(self, directory: Path, split: dict):
-        self.directory, self.split = Path(directory), split
+    def __init__(self, directory: Path, split: dict, vocab: tuple[int, int]):
+        self.directory, self.split, self.vocab = Path(directory), split, vocab
         self._open()
 
     def _open(self) -> None:
         dtype = np.dtype(self.split["dtype"])
         self.shards = [_open_shard(self.directory, e, dtype) for e in self.split["shards"]]
         self.first = np.cumsum([0] + [s.pairs for s in self.shards])  # global index of each
-        self.src_lengths = np.concatenate([np.diff(s.offsets["src"]) for s in self.shards] or [[]])
-        self.tgt_lengths = np.concatenate([np.diff(s.offsets["tgt"]) for s in self.shards] or [[]])
+        self.src_lengths = np.concatenate([np.diff(s.offsets["src"]) for s in self.shards])
+        self.tgt_lengths = np.concatenate([np.diff(s.offsets["tgt"]) for s in self.shards])
 
     def __len__(self) -> int:
         return int(self.first[-1])
@@ -163,7 +125,21 @@ class PreparedSplit:
             inside = columns < lengths[rows, None]  # (r, width)
             positions = np.where(inside, starts[:, None] + columns, 0)
             out[rows] = np.where(inside, shard.ids[side][positions], 0)
+            self._check_ids(shard, side, out[rows], inside)
         return out, lengths
+
+    def _check_ids(self, shard: _Shard, side: str, ids: np.ndarray, inside: np.ndarray) -> None:
+        """An id past the vocabulary would be an IndexError (a device assert on a GPU) in the
+        embedding, and <pad>/<s>/</s> inside a sentence a silent wrong target."""
+        vocab = self.vocab[SIDES.index(side)]
+        bad = inside & ((ids >= vocab) | (ids < FIRST_WORD_ID))
+        if bad.any():
+            row, column = map(int, np.argwhere(bad)[0])
+            raise PreparedError(
+                f"{shard.files[side]}: id {int(ids[row, column])} is not a word of the "
+                f"tokenizer's {vocab:,} (ids {FIRST_WORD_ID} to {vocab - 1}); the file was "
+                "changed after heedful prepare wrote it: prepare again"
+            )
 
     def batch(self, indices: np.ndarray):
         """A Batch (data/batching.py) of pairs `indices`, equal to collate() of their ids."""
@@ -176,41 +152,42 @@ class PreparedSplit:
     # DataLoader workers started with "spawn" receive a pickled copy: send the paths, not the
     # mapped arrays (a memmap pickles as a full in-memory copy).
     def __getstate__(self) -> dict:
-        return {"directory": self.directory, "split": self.split}
+        return {"directory": self.directory, "split": self.split, "vocab": self.vocab}
 
     def __setstate__(self, state: dict) -> None:
-        self.directory, self.split = state["directory"], state["split"]
+        self.directory, self.split, self.vocab = state["directory"], state["split"], state["vocab"]
         self._open()
 
 
-def read_valid(directory: Path) -> list[tuple[str, str]]:
-    """The validation pairs a prepared directory keeps as text."""
-    path = directory / "valid.jsonl"
+def _pair(line: str):
+    """[source, target] from one line of valid.jsonl, as two strings that are UTF-8 text."""
+    pair = json.loads(line)
+    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
+        raise ValueError("expected [source, target]")
+    for text in pair:
+        text.encode("utf-8")  # a lone surrogate ("\\ud800") parses as JSON but is no text
+    return pair[0], pair[1]
+
+
+def read_valid(directory: Path, expected: int) -> list[tuple[str, str]]:
+    """The validation pairs a prepared directory keeps as text: `expected` of them."""
+    path = inside(directory, "valid.jsonl")
     pairs, number = [], 0
     try:
         with open(path, encoding="utf-8") as lines:
             for number, line in enumerate(lines, start=1):  # noqa: B007 (in the error)
-                pair = json.loads(line)
-                if not (
-                    isinstance(pair, list)
-                    and len(pair) == 2
-                    and all(isinstance(t, str) for t in pair)
-                ):
-                    raise ValueError("expected [source, target]")
-                pairs.append((pair[0], pair[1]))
-    except FileNotFoundError:
-        raise PreparedError(f"{path}: missing; run heedful prepare again") from None
-    except (ValueError, UnicodeDecodeError) as error:
+                pairs.append(_pair(line))
+    except (ValueError, UnicodeError) as error:  # UnicodeEncodeError: a lone surrogate
         raise PreparedError(
-            f"{path}: line {number}: not a [source, target] pair ({error})"
+            f"{path}: line {number}: not a [source, target] pair ({error}); run heedful prepare "
+            "again"
         ) from None
+    if len(pairs) != expected:
+        raise PreparedError(
+            f"{path}: {len(pairs):,} validation pairs, but {MANIFEST} says {expected:,}: the file "
+            "was changed after heedful prepare wrote it; run heedful prepare again"
+        )
     return pairs
-
-
-def sha256(path: Path) -> str:
-    """The file's SHA-256, read in blocks (a corpus may be gigabytes)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def load_prepared_tokenizers(directory: Path, manifest: dict):
@@ -219,17 +196,20 @@ def load_prepared_tokenizers(directory: Path, manifest: dict):
 
     loaded = []
     for side in SIDES:
-        path = directory / f"tokenizer.{side}"
-        try:
-            regular_file(path)
-        except CheckpointError as error:
-            raise PreparedError(f"{error}; run heedful prepare again") from None
+        path = inside(directory, f"tokenizer.{side}")
         if sha256(path) != manifest["tokenizers"][side]:
             raise PreparedError(
                 f"{path}: not the tokenizer this directory's ids were made with (its hash "
                 "differs from the manifest's); run heedful prepare again"
             )
         loaded.append(load_tokenizer(path))
+    dtype = ids_dtype(max(map(len, loaded)))
+    if manifest["splits"]["train"]["dtype"] != dtype.name:
+        raise PreparedError(
+            f"{directory / MANIFEST}: splits.train.dtype is {manifest['splits']['train']['dtype']}"
+            f", but the tokenizers' {max(map(len, loaded)):,} ids are stored as {dtype.name}; "
+            "run heedful prepare again"
+        )
     return tuple(loaded)
 
 
@@ -245,17 +225,22 @@ class Prepared:
 
 
 def open_prepared(directory: str | Path) -> Prepared:
-    """Open a prepared directory for training: manifest, tokenizers, shards, validation text."""
+    """Open a prepared directory for training: manifest, tokenizers, shards, validation text;
+    the cheap checks (fields, sizes, offsets), made by every process on every start."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    try:
-        tokenizers = load_prepared_tokenizers(directory, manifest)
-        train = PreparedSplit(directory, manifest["splits"]["train"])
-    except (KeyError, TypeError, ValueError, OverflowError) as error:
-        if isinstance(error, PreparedError):
-            raise
-        raise PreparedError(
-            f"{directory / MANIFEST}: a damaged manifest ({type(error).__name__}: {error}); "
-            "run heedful prepare again"
-        ) from None
-    return Prepared(directory, manifest, tokenizers, train, read_valid(directory))
+    tokenizers = load_prepared_tokenizers(directory, manifest)
+    vocab = (len(tokenizers[0]), len(tokenizers[1]))
+    train = PreparedSplit(directory, manifest["splits"]["train"], vocab)
+    valid = read_valid(directory, manifest["valid_pairs"])
+    return Prepared(directory, manifest, tokenizers, train, valid)
+
+
+def check_prepared(directory: str | Path) -> Prepared:
+    """open_prepared, then every file against the manifest's hashes and every id against the
+    vocabulary: one read of the directory, made by `prepare` before it says "up to date" and
+    by rank 0 before it trains on a copy whose corpus is not there."""
+    prepared = open_prepared(directory)
+    vocab = tuple(map(len, prepared.tokenizers))
+    verify_files(prepared.directory, prepared.manifest, vocab)
+    return prepared
