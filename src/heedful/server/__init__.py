@@ -19,7 +19,8 @@ Read in this order, parts to whole:
     batcher.py      one queue, one worker thread: what arrives together is translated together
     openapi.py      the answers' schemas and error statuses, for /openapi.json
     page.py         the page at GET / (assets/index.html, page.css, page.js)
-    connections.py  uvicorn's settings: header deadlines, idle connections make room
+    connections.py  uvicorn's settings: header and send deadlines, idle and stalled
+                    connections make room, /health and /ready keep some
     models.py       the models served (one batcher each) and the routing of language pairs
     app.py          create_app (routes, JSON errors, background loading) and serve
 

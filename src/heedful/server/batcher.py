@@ -2,7 +2,9 @@
 
 Concurrent requests meet in one queue. The batcher takes whatever arrived within `max_wait` of
 the first (up to `max_batch_size` sentences) and translates it in one worker thread, so the
-event loop keeps answering while the model computes and throughput grows with load.
+event loop keeps answering while the model computes and throughput grows with load. A job whose
+request timed out is left out if still queued, and the worker stops it at its next text or call
+if not (service.py): work past its deadline does not hold up the requests behind it.
 """
 
 from __future__ import annotations
@@ -45,8 +47,14 @@ class Batcher:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def submit(self, job: Job) -> list[Output]:
+        """The job's outputs. Cancelled (--request-timeout), the job is marked abandoned: left
+        out of the next batch if still queued, and the worker begins no more of it if not."""
         await self.queue.put(job)
-        return await job.future
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            job.abandoned.set()
+            raise
 
     async def _next_batch(self) -> list[Job]:
         first = self._carry or await self.queue.get()

@@ -43,12 +43,19 @@ class ServerLimits:
     body_timeout: float = _limit(
         10.0, "Seconds a request may take to send its body; then 408 and the connection closes."
     )
+    send_timeout: float = _limit(
+        30.0,
+        "Seconds a client may take to receive an answer once it reads slower than the server "
+        "writes (part of the answer waits unsent); then its connection is dropped.",
+    )
     max_batch_size: int = _limit(32, "Sentences translated together (1: one at a time).")
     max_wait_ms: float = _limit(5.0, "How long a batch waits for more requests to join it.")
     max_connections: int = _limit(
         256,
         "Open connections. A new one past it closes the longest-idle connection (one with no "
-        "request under way); when none is idle, uvicorn answers a plain-text 503.",
+        "request under way), or else the one whose answer has waited longest for its client "
+        "to read it; when neither is there, a request gets 503. GET and HEAD of /health and "
+        "/ready have 8 connections more.",
     )
 
     def __post_init__(self) -> None:

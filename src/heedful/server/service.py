@@ -4,6 +4,7 @@ worker thread), and write LibreTranslate's answer."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +39,13 @@ class Job:
     searches: list[Search]
     attention: bool
     future: asyncio.Future
+    # set when the request gives up (504, --request-timeout): the worker, in its own thread,
+    # begins nothing more of it, so that work past its deadline does not hold up the next
+    abandoned: threading.Event = field(default_factory=threading.Event)
+
+
+class Abandoned(Exception):
+    """The result of a job whose request gave up before the worker had finished it."""
 
 
 @dataclass
@@ -140,7 +148,8 @@ class TranslationService:
 
     def run(self, jobs: list[Job]) -> list[list[Output] | Exception]:
         """Translate a batch of jobs: the texts that share a Search in one call; a job with
-        attention one text at a time (each trace has its own search and teacher-forced pass)."""
+        attention one text at a time (each trace has its own search and teacher-forced pass).
+        Before each call and each trace, what belongs to requests that gave up is left out."""
         results = [
             self._guard(lambda job=job: self._traces(job))
             if job.attention
@@ -152,6 +161,9 @@ class TranslationService:
             for i, search in enumerate([] if job.attention else job.searches):
                 groups.setdefault(search, []).append((j, i))
         for search, members in groups.items():
+            members = [(j, i) for j, i in members if not jobs[j].abandoned.is_set()]
+            if not members:
+                continue
             texts = [jobs[j].texts[i] for j, i in members]
             prefixes = [jobs[j].searches[i].prefix for j, i in members]
             outputs = self._guard(lambda s=search, t=texts, p=prefixes: self._translate(s, t, p))
@@ -160,7 +172,8 @@ class TranslationService:
                     results[j] = outputs
                 elif isinstance(results[j], list):
                     results[j][i] = outputs[k]
-        return results
+        gave_up = Abandoned("the request gave up before its texts were translated")
+        return [gave_up if job.abandoned.is_set() else r for job, r in zip(jobs, results)]
 
     @staticmethod
     def _guard(work: Callable[[], list[Output]]) -> list[Output] | Exception:
@@ -187,6 +200,8 @@ class TranslationService:
     def _traces(self, job: Job) -> list[Output]:
         outputs, size = [], 0
         for text, search in zip(job.texts, job.searches):
+            if job.abandoned.is_set():
+                raise Abandoned(f"left after {len(outputs)} of {len(job.texts)} traces")
             translator = self._with_lengths(search)
             sampling = None if search.sampling is None else dict(search.sampling)
             trace = build_trace(
