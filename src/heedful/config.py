@@ -15,29 +15,16 @@ import yaml
 
 from heedful.configcorpora import CorpusConfig, check_corpora
 from heedful.configfile import ConfigError, apply_overrides, from_dict, parse_yaml
+from heedful.configfile import check_choice as _choice
+from heedful.configfile import check_fraction as _fraction
+from heedful.configfile import check_positive as _positive
 from heedful.configvision import check_cache, check_encoder, check_given_image, unused_image_keys
-
-
-def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
-    if value not in options:
-        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(options)}")
-
-
-def _positive(key: str, value: float | None, allow_zero: bool = False) -> None:
-    """value > 0 (or >= 0); None passes, for the optional limits where None means "no limit"."""
-    if value is not None and (value < 0 or (value == 0 and not allow_zero)):
-        raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
-def _fraction(key: str, value: float) -> None:
-    """value in [0, 1): dropout, label smoothing and Adam's betas all break down at 1."""
-    if not 0.0 <= value < 1.0:
-        raise ConfigError(f"{key}: must be in [0, 1), got {value}")
-
 
 ARCHS = ("transformer", "rnn")
 RNN_ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat",
                   "luong-local-m", "luong-local-p")  # fmt: skip
+
+MAX_LINE_BYTES = 16 * 2**20  # data.max_line_bytes, and data/lines.py's default for every reader
 
 # The keys only one family reads; the other family's keys are errors (see ModelConfig.check_given).
 FAMILY_KEYS = {
@@ -183,6 +170,7 @@ class DataConfig:
     # missing or the files above changed). None: read and tokenize the corpus in memory.
     prepared: str | None = None
     shard_tokens: int = 50_000_000  # at most this many token ids (both sides) per shard
+    max_line_bytes: int = MAX_LINE_BYTES  # a longer line of a data file is an error, not memory
     # One model, several directions (Johnson et al. 2017): a list of corpora, each a mapping
     # of its language pair (source, target) and its files (train_src/_tgt/_tsv/_jsonl,
     # valid_...), in place of the train_/valid_ keys and src_lang/tgt_lang above. Each source
@@ -222,6 +210,7 @@ class DataConfig:
         _positive("data.valid_max_sentences", self.valid_max_sentences)
         _positive("data.tokenizer_sample", self.tokenizer_sample)
         _positive("data.shard_tokens", self.shard_tokens)
+        _positive("data.max_line_bytes", self.max_line_bytes)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,23 @@ class ConfigError(ValueError):
     """A config key is unknown, has the wrong type or an invalid value; the message names it."""
 
 
+def check_choice(key: str, value: str, options: tuple[str, ...]) -> None:
+    if value not in options:
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(options)}")
+
+
+def check_positive(key: str, value: float | None, allow_zero: bool = False) -> None:
+    """value > 0 (or >= 0); None passes, for the optional limits where None means "no limit"."""
+    if value is not None and (value < 0 or (value == 0 and not allow_zero)):
+        raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def check_fraction(key: str, value: float) -> None:
+    """value in [0, 1): dropout, label smoothing and Adam's betas all break down at 1."""
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(f"{key}: must be in [0, 1), got {value}")
+
+
 def _convert(value: Any, hint: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
     if hint is Any:

@@ -15,6 +15,7 @@ from heedful.cli.options import (
     runtime_options,
     search_options,
 )
+from heedful.config import MAX_LINE_BYTES
 
 
 def _translate_options() -> list[click.Parameter]:
@@ -129,7 +130,7 @@ def translate(
         raise click.UsageError(f"--sample and --prefix need the torch engine, not {engine}")
     translator = _load(model_dirs, engine, quantize)
     lines = _read_lines(input_path, max_chars)
-    lines, prefixes = _prefixes(lines, prefix_path)
+    lines, prefixes = _prefixes(lines, prefix_path, max_chars)
     lines = _directed(model_dirs[0], lines, target, source)
     beams = beams_for(num_beams or translator.generation.num_beams, n_best)
     if prefixes is not None:
@@ -172,7 +173,34 @@ def _directed(model_dir: str, lines: list[str], target, source) -> list[str]:
     return source_texts(lines, pairs, tokens, target, source)
 
 
-def _prefixes(lines: list[str], prefix_path: str | None):
+def _regular_file(path, option: str) -> None:
+    """A FIFO would block until something writes to it (for ever, if nothing does), a device
+    or a directory is no file of lines: refused by name before opening (issue 26)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # missing or unreadable: the reader says which
+        return
+    if not stat.S_ISREG(mode):
+        kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory"}
+        kind = kinds.get(stat.S_IFMT(mode), "a device or socket")
+        raise click.ClickException(
+            f"{option} {path}: {kind}, not a regular file; give a file, one line per input line"
+        )
+
+
+def _line_limit(max_chars: int):
+    """The bytes a line is read to before it is refused: 4 per --max-chars character (UTF-8's
+    longest) and 16 MiB at least, so that a line a little over --max-chars is still counted
+    for its message, and /dev/zero (no line end at all) is stopped, never held whole."""
+    from heedful.data.lines import MAX_LINE_BYTES, LineLimit
+
+    setting = "--max-chars (a line may have 4 bytes per character, and 16 MiB whatever it is)"
+    return LineLimit(max(MAX_LINE_BYTES, 4 * max_chars), setting)
+
+
+def _prefixes(lines: list[str], prefix_path: str | None, max_chars: int):
     """The lines to translate and their prefixes (None when there are none)."""
     if prefix_path is None:
         return lines, None
@@ -189,7 +217,8 @@ def _prefixes(lines: list[str], prefix_path: str | None):
 
     from heedful.data.corpus import read_lines
 
-    prefixes = read_lines(Path(prefix_path), "--prefix")
+    _regular_file(Path(prefix_path), "--prefix")
+    prefixes = read_lines(Path(prefix_path), "--prefix", _line_limit(max_chars))
     if len(prefixes) != len(lines):
         raise click.ClickException(
             f"--prefix {prefix_path} has {len(prefixes)} lines for {len(lines)} input lines; "
@@ -209,10 +238,11 @@ def _read_lines(path: str | None, max_chars: int) -> list[str]:
 
     from heedful.data.corpus import read_lines, split_lines
 
+    limit = _line_limit(max_chars)  # read in bounded pieces: /dev/zero is an error, not memory
     if path is None:
-        lines = split_lines(sys.stdin.buffer.read(), "<stdin>", "input")
+        lines = split_lines(sys.stdin.buffer, "<stdin>", "input", limit)
     else:
-        lines = read_lines(Path(path), "--input")
+        lines = read_lines(Path(path), "--input", limit)
     for number, line in enumerate(lines, start=1):
         if max_chars and len(line) > max_chars:
             raise click.ClickException(
@@ -222,19 +252,20 @@ def _read_lines(path: str | None, max_chars: int) -> list[str]:
     return lines
 
 
-def _evaluation_reader(src_path, ref_path, jsonl_path, fields: str):
+def _evaluation_reader(src_path, ref_path, jsonl_path, fields: str, max_line_bytes: int):
     """What reads the (source, reference) pairs, from --src and --ref or from --jsonl's two
     --fields; the options are checked now, the files read when it is called."""
     from functools import partial
     from pathlib import Path
 
-    from heedful.data.corpus import read_jsonl, read_parallel
+    from heedful.data.corpus import LineLimit, read_jsonl, read_parallel
 
+    limit = LineLimit(max_line_bytes, "--max-line-bytes")
     ctx = click.get_current_context()
     if jsonl_path is None:
         if src_path is None or ref_path is None:
             raise click.UsageError("give --src and --ref (aligned files), or --jsonl", ctx)
-        return partial(read_parallel, Path(src_path), Path(ref_path), "--src", "--ref")
+        return partial(read_parallel, Path(src_path), Path(ref_path), "--src", "--ref", limit=limit)
     if src_path is not None or ref_path is not None:
         raise click.UsageError("--jsonl holds the sources and references: leave out --src and "
                                "--ref", ctx)  # fmt: skip
@@ -242,7 +273,7 @@ def _evaluation_reader(src_path, ref_path, jsonl_path, fields: str):
     if len(names) != 2 or not all(names):
         raise click.BadParameter(f"expected two names with a comma between, got {fields!r}",
                                  ctx, param_hint="--fields")  # fmt: skip
-    return partial(read_jsonl, Path(jsonl_path), "--jsonl", *names)
+    return partial(read_jsonl, Path(jsonl_path), "--jsonl", *names, limit=limit)
 
 
 @click.command(cls=Deferred, later=runtime_options)
@@ -276,10 +307,17 @@ def _evaluation_reader(src_path, ref_path, jsonl_path, fields: str):
     help="bleu: BLEU, chrF and TER; rouge: ROUGE-1/2/L F1 (rouge-score, for summaries) too.",
 )
 @click.option("--target", default=None, help="Language to write, for a multilingual model.")
+@click.option(
+    "--max-line-bytes",
+    type=POSITIVE,
+    default=MAX_LINE_BYTES,
+    show_default=True,
+    help="Longest line of --src, --ref or --jsonl, in bytes; a longer one is an error.",
+)
 @search_options
 def evaluate(
-    model_dir, src_path, ref_path, jsonl_path, fields, output_path, metric, target, num_beams,
-    batch_size, engine, quantize,
+    model_dir, src_path, ref_path, jsonl_path, fields, output_path, metric, target,
+    max_line_bytes, num_beams, batch_size, engine, quantize,
 ) -> None:  # fmt: skip
     """Translate --src and score it against --ref: BLEU, chrF, TER (with --metric rouge also
     ROUGE-1/2/L) and BLEU per source length."""
@@ -292,7 +330,7 @@ def evaluate(
         from heedful.evaluation import require_rouge, rouge_scores
 
         require_rouge()
-    read_pairs = _evaluation_reader(src_path, ref_path, jsonl_path, fields)
+    read_pairs = _evaluation_reader(src_path, ref_path, jsonl_path, fields, max_line_bytes)
     translator = load_translator(model_dir, engine, quantize)
     pairs = read_pairs()
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]

@@ -4,145 +4,41 @@ filtering.
 
 Every problem stops before training with a message that names the config key and the file,
 and the line and byte where there is one: a corpus that is silently misaligned trains a model
-that looks fine and translates badly.
-
-Line rules, the same for every file:
-- Lines end with "\\n" or "\\r\\n"; the terminator is removed and nothing else (no stripping).
-- A file that ends with a terminator has no extra empty line after it ("a\\nb\\n" is two
-  lines), and a last line without one is still a line ("a\\nb" is two lines too). A blank
-  line before the end ("a\\n\\n") is a line of its own and counts.
-- Nothing else separates lines: a lone "\\r", form feed, U+0085, U+2028 stay inside the line
-  (str.splitlines() would split there, and misalign the two sides of a corpus).
-- Text must be UTF-8. A leading byte-order mark is an encoding signature, not text, and is
-  dropped.
+that looks fine and translates badly. Lines are read by data/lines.py's rules (UTF-8, "\\n" or
+"\\r\\n", gzip or not, data.max_line_bytes at most).
 """
 
 from __future__ import annotations
 
-import codecs
-import gzip
-import io
 import json
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
+from heedful.data.lines import (  # noqa: F401 (CorpusError, read_lines, split_lines: re-exported)
+    DEFAULT_LIMIT,
+    MAX_LINE_BYTES,
+    CorpusError,
+    LineLimit,
+    iter_lines,
+    read_lines,
+    split_lines,
+)
 from heedful.data.tokenizers import Tokenizer
 
 
-class CorpusError(ValueError):
-    """A corpus that cannot be used; the message names the file (and line, byte, config key)."""
-
-
-def _open(path: Path, key: str):
-    """The file's bytes as a stream: gzip-compressed files (recognised by their magic number,
-    not their name) are decompressed on the fly."""
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 (closed by the caller's with-block)
-    except FileNotFoundError:
-        raise CorpusError(f"{key}: file not found: {path}{_missing_hint(path)}") from None
-    except IsADirectoryError:
-        raise CorpusError(f"{key}: is a directory, not a file: {path}") from None
-    except OSError as error:
-        raise CorpusError(f"{key}: cannot read {path}: {error.strerror}") from None
-    if stream.peek(2)[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=stream, mode="rb")
-    return stream
-
-
-def _missing_hint(path: Path) -> str:
-    """Where a relative path was looked for, and the first directory on it that is missing."""
-    hints = [] if path.is_absolute() else [f"looked for {path.absolute()}"]
-    for parent in reversed(path.parents):
-        if parent != Path(".") and not parent.exists():
-            hints.append(f"directory {parent} does not exist")
-            break
-    return f" ({'; '.join(hints)})" if hints else ""
-
-
-def _bad_byte(line: int, start: int, index: int, byte: int, where: str, what: str) -> CorpusError:
-    """An error pointing at byte `index` of line `line`, which starts at byte `start`."""
-    return CorpusError(
-        f"{where}: line {line}: {what} 0x{byte:02x} at byte offset {start + index} of the "
-        f"file, {index} of the line (offsets count from 0)"
-    )
-
-
-def _decode_line(raw: bytes, number: int, start: int, where: str) -> str:
-    """One line's bytes (terminator included) -> its text, or a CorpusError at the bad byte."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        byte = raw[error.start]
-        raise _bad_byte(number, start, error.start, byte, where, "invalid UTF-8 byte") from None
-    if "\0" in text:
-        # valid UTF-8, but no text has NUL: UTF-16 without a byte-order mark (every other
-        # byte of ASCII is 0) or a binary file, which would train on garbage
-        at = raw.index(b"\0")
-        raise _bad_byte(number, start, at, 0, where, "NUL byte (a UTF-16 or binary file?)")
-    return text[:-2] if text.endswith("\r\n") else text.removesuffix("\n")
-
-
-def _lines(stream, path: Path, key: str, compressed: bool) -> Iterator[str]:
-    where = f"{key}: {path}" + (" (offsets in the decompressed text)" if compressed else "")
-    start = 0
-    for number, raw in enumerate(stream, start=1):
-        if number == 1:
-            if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-                raise CorpusError(
-                    f"{key}: {path}: starts with a UTF-16 byte-order mark: the file is UTF-16 "
-                    f"(or UTF-32), not UTF-8; convert it, e.g. iconv -f UTF-16 -t UTF-8 {path}"
-                )
-            if raw.startswith(codecs.BOM_UTF8):  # an encoding signature, not text
-                start, raw = len(codecs.BOM_UTF8), raw[len(codecs.BOM_UTF8) :]
-        yield _decode_line(raw, number, start, where)
-        start += len(raw)
-
-
-def iter_lines(path: str | Path, key: str) -> Iterator[str]:
-    """The lines of a UTF-8 text file (gzip-compressed or not) one at a time, without their
-    "\\n" or "\\r\\n" (see the module rules), holding one line in memory.
-
-    key: the config key the path came from (e.g. "data.train_src"), named in every error,
-    with the line and byte offset where there is one. A damaged gzip stream is an error that
-    names the last line read, never a shorter corpus.
-    """
-    path = Path(path)
-    with _open(path, key) as stream:
-        compressed = isinstance(stream, gzip.GzipFile)
-        lines = _lines(stream, path, key, compressed)
-        number = 0
-        try:
-            for number, line in enumerate(lines, start=1):  # noqa: B007 (read after the loop)
-                yield line
-        except (EOFError, OSError, zlib.error) as error:
-            raise CorpusError(
-                f"{key}: {path}: the gzip data is damaged after line {number:,} ({error}); "
-                "it may be truncated: compress it again"
-            ) from None
-
-
-def read_lines(path: str | Path, key: str) -> list[str]:
-    """The lines of a UTF-8 text file, without their "\\n" or "\\r\\n" (see the module rules).
-
-    key: the config key the path came from (e.g. "data.train_src"), named in every error.
-    """
-    return list(iter_lines(path, key))
-
-
-def split_lines(data: bytes, path: str | Path, key: str) -> list[str]:
-    """read_lines for bytes already read (standard input, say); `path` names them in errors."""
-    return list(_lines(io.BytesIO(data), Path(path), key, compressed=False))
-
-
 def iter_parallel(
-    src_path: str | Path, tgt_path: str | Path, src_key: str, tgt_key: str
+    src_path: str | Path,
+    tgt_path: str | Path,
+    src_key: str,
+    tgt_key: str,
+    limit: LineLimit = DEFAULT_LIMIT,
 ) -> Iterator[tuple[str, str]]:
     """(source, target) pairs from two files aligned line by line, one pair at a time; when
     one file ends before the other, the error gives both line counts."""
-    src_lines, tgt_lines = iter_lines(src_path, src_key), iter_lines(tgt_path, tgt_key)
+    src_lines = iter_lines(src_path, src_key, limit)
+    tgt_lines = iter_lines(tgt_path, tgt_key, limit)
     for count, (src, tgt) in enumerate(zip_longest(src_lines, tgt_lines), start=1):
         if src is None or tgt is None:  # one file ended: count the rest of the other
             total = count + sum(1 for _ in (src_lines if tgt is None else tgt_lines))
@@ -155,15 +51,21 @@ def iter_parallel(
 
 
 def read_parallel(
-    src_path: str | Path, tgt_path: str | Path, src_key: str, tgt_key: str
+    src_path: str | Path,
+    tgt_path: str | Path,
+    src_key: str,
+    tgt_key: str,
+    limit: LineLimit = DEFAULT_LIMIT,
 ) -> list[tuple[str, str]]:
     """(source, target) pairs from two files aligned line by line; unequal lengths are errors."""
-    return list(iter_parallel(src_path, tgt_path, src_key, tgt_key))
+    return list(iter_parallel(src_path, tgt_path, src_key, tgt_key, limit))
 
 
-def iter_tsv(path: str | Path, key: str) -> Iterator[tuple[str, str]]:
+def iter_tsv(
+    path: str | Path, key: str, limit: LineLimit = DEFAULT_LIMIT
+) -> Iterator[tuple[str, str]]:
     """(source, target) pairs from `source TAB target` lines, one at a time; one TAB each."""
-    for number, line in enumerate(iter_lines(path, key), start=1):
+    for number, line in enumerate(iter_lines(path, key, limit), start=1):
         tabs = line.count("\t")
         if tabs != 1:
             raise CorpusError(
@@ -174,9 +76,9 @@ def iter_tsv(path: str | Path, key: str) -> Iterator[tuple[str, str]]:
         yield src, tgt
 
 
-def read_tsv(path: str | Path, key: str) -> list[tuple[str, str]]:
+def read_tsv(path: str | Path, key: str, limit: LineLimit = DEFAULT_LIMIT) -> list[tuple[str, str]]:
     """(source, target) pairs from a file of `source TAB target` lines; exactly one TAB each."""
-    return list(iter_tsv(path, key))
+    return list(iter_tsv(path, key, limit))
 
 
 def _json_type(value) -> str:
@@ -246,7 +148,11 @@ class _JSONLine:
 
 
 def iter_jsonl(
-    path: str | Path, key: str, src_field: str = "document", tgt_field: str = "summary"
+    path: str | Path,
+    key: str,
+    src_field: str = "document",
+    tgt_field: str = "summary",
+    limit: LineLimit = DEFAULT_LIMIT,
 ) -> Iterator[tuple[str, str]]:
     """(source, target) pairs from a JSON Lines file (one JSON object per line, as the
     Hugging Face exports of XSum, CNN/DailyMail and Gigaword are), one at a time.
@@ -258,7 +164,7 @@ def iter_jsonl(
     file, the line and the field.
     """
     path = Path(path)
-    for number, line in enumerate(iter_lines(path, key), start=1):
+    for number, line in enumerate(iter_lines(path, key, limit), start=1):
         reader = _JSONLine(f"{key}: {path}", number)
         record = reader.parse(line)
         yield (
@@ -268,10 +174,14 @@ def iter_jsonl(
 
 
 def read_jsonl(
-    path: str | Path, key: str, src_field: str = "document", tgt_field: str = "summary"
+    path: str | Path,
+    key: str,
+    src_field: str = "document",
+    tgt_field: str = "summary",
+    limit: LineLimit = DEFAULT_LIMIT,
 ) -> list[tuple[str, str]]:
     """(source, target) pairs from a JSON Lines file; see iter_jsonl."""
-    return list(iter_jsonl(path, key, src_field, tgt_field))
+    return list(iter_jsonl(path, key, src_field, tgt_field, limit))
 
 
 def split_source(data, split: str, at: str = "data") -> str:
@@ -320,14 +230,15 @@ def iter_split(data, split: str, at: str = "data") -> Iterator[tuple[str, str]]:
     """The (source, target) pairs of a split as `data` (a DataConfig) names it, streamed;
     `at` where `data` is in the config, for messages."""
     files = split_files(data, split, at)
+    limit = LineLimit(getattr(data, "max_line_bytes", MAX_LINE_BYTES))
     if len(files) == 2:
         (src_key, src), (tgt_key, tgt) = files
-        return iter_parallel(src, tgt, src_key, tgt_key)
+        return iter_parallel(src, tgt, src_key, tgt_key, limit)
     key, path = files[0]
     if key.startswith(f"{at}.{split}_jsonl"):
         fields = data.jsonl_src_field, data.jsonl_tgt_field
-        return iter_jsonl(path, f"{at}.{split}_jsonl", *fields)
-    return iter_tsv(path, key)
+        return iter_jsonl(path, f"{at}.{split}_jsonl", *fields, limit)
+    return iter_tsv(path, key, limit)
 
 
 @dataclass
