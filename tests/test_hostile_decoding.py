@@ -15,9 +15,11 @@ from click.testing import CliRunner
 
 from heedful.cli import main
 from heedful.config import ConfigError
-from heedful.data.tokenizers import CharTokenizer
+from heedful.data.tokenizers import CharTokenizer, SentencePieceTokenizer
 from heedful.models.ensemble import Ensemble
+from heedful.prefix import PrefixError
 from heedful.translator import Translator, VocabularyMismatch, ensemble, load_ensemble
+from heedful.visualize.trace import build_trace
 
 MODELS = Path(__file__).resolve().parent / "golden" / "models"
 RNN, TRANSFORMER = str(MODELS / "rnn"), str(MODELS / "transformer")
@@ -58,6 +60,28 @@ def other_size(tmp_path):
     other = copy(rnn)
     other.tgt_tokenizer = CharTokenizer("abcdefghz")
     ensemble([rnn, other])
+
+
+def other_target(tokenizer, prefix: str):
+    """The RNN's Translator writing with `tokenizer` (of the same size, 12), told `prefix`."""
+
+    def run(tmp_path):
+        rnn = copy(Translator.load(MODELS / "rnn"))
+        rnn.tgt_tokenizer = tokenizer
+        rnn.translate(["ab"], prefixes=[prefix])
+
+    return run
+
+
+JOINT = CharTokenizer("abcdefg", symbols=["<2de>"])  # a joint vocabulary's target side
+
+
+def normalising(prefix: str):
+    """other_target with a SentencePiece target tokenizer (NFKC, spaces normalised); the
+    prefix is refused before the search, so the vocabulary need not be the model's."""
+    words = ["abc", "bca", "cab", "acb", "bac", "cba", "aab", "bba", "ccb", "fi"]
+    texts = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    return lambda tmp_path: other_target(SentencePieceTokenizer.train(texts, 16), prefix)(tmp_path)
 
 
 CASES = [
@@ -115,6 +139,33 @@ CASES = [
          None, "--sample and --prefix need the torch engine"),
     Case("cli-ensemble-rnn-and-transformer",
          ["translate", RNN, TRANSFORMER, "input", "abcdef\n"], None, None),
+    # issue 26: a prefix the output could not start with as typed (its vocabulary: a-h)
+    Case("api-prefix-emoji", api(prefixes=["a\U0001f600"]),
+         PrefixError, "text 1: the prefix holds '😀' (U+1F600 GRINNING FACE), which the target"),
+    Case("api-prefix-nul", api(prefixes=["a\0b"]), PrefixError, "the prefix holds U+0000"),
+    Case("api-prefix-rtl-override", api(num_beams=3, prefixes=["\u202eab"]),
+         PrefixError, "the prefix holds U+202E RIGHT-TO-LEFT OVERRIDE"),
+    Case("api-prefix-combining-mark", api(sample=True, prefixes=["e\u0301"]),
+         PrefixError, "the prefix holds U+0301 COMBINING ACUTE ACCENT"),
+    Case("api-prefix-special-token", api(prefixes=["<unk>"]),
+         PrefixError, "the prefix holds '<' (U+003C LESS-THAN SIGN), 'u' (U+0075"),
+    Case("api-prefix-only-unknown", api(prefixes=["zz"]),
+         PrefixError, "the prefix holds 'z' (U+007A LATIN SMALL LETTER Z)"),
+    Case("api-prefix-trace", lambda tmp_path: build_trace(
+             Translator.load(MODELS / "rnn"), "ab", prefix="x"),
+         PrefixError, "the prefix holds 'x'"),
+    Case("api-prefix-target-token", other_target(JOINT, "<2de>ab"),
+         PrefixError, "text 1: the prefix starts with <2de>, a target token"),
+    Case("api-prefix-normalised", normalising("\ufb01"),
+         PrefixError, "the prefix is written 'fi' by the target tokenizer (it normalises"),
+    Case("api-prefix-trailing-space", normalising("fi "),
+         PrefixError, "the prefix is written 'fi' by the target tokenizer"),
+    Case("cli-prefix-emoji", ["translate", RNN, "--prefix", "tsv", "input", "ab\tab\n"
+                              "ab\t\U0001f600\n"],
+         None, "text 2: the prefix holds '😀' (U+1F600 GRINNING FACE)"),
+    Case("cli-prefix-rtl-override",
+         ["translate", RNN, "--prefix", "tsv", "input", "ab\t\u202ea\n"],
+         None, "text 1: the prefix holds U+202E RIGHT-TO-LEFT OVERRIDE"),
 ]  # fmt: skip
 
 

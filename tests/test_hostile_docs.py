@@ -10,6 +10,7 @@ import test_frozen_features as frozen_features
 import test_hostile_decoding as decoding
 import test_hostile_jsonl as jsonl
 import test_hostile_languages as languages
+import test_hostile_lines as lines
 import test_hostile_model_dirs as model_dirs
 import test_hostile_output_dirs as output_dirs
 import test_hostile_training as training
@@ -20,6 +21,7 @@ from models import test_vision as vision
 from server import test_caption_upload as caption_upload
 from server import test_decoding_fields as decoding_fields
 from server import test_hostile as server
+from server import test_hostile_deadlines as deadlines
 from visualize import test_hostile_image_traces as image_traces
 from visualize import test_hostile_traces as traces
 
@@ -63,6 +65,8 @@ def test_the_documented_counts_are_the_tables():
         "`tests/server/test_caption_upload.py` (`HOSTILE`": len(caption_upload.HOSTILE)
         + len(caption_upload.GOOD),
         "`tests/test_frozen_features.py` (`HOSTILE`": len(frozen_features.HOSTILE),
+        "`tests/server/test_hostile_deadlines.py` (`CASES`": len(deadlines.CASES),
+        "`tests/test_hostile_lines.py` (`CASES`": len(lines.CASES),
     }
     for start, n in expected.items():
         [row] = [name for name in counts if name.startswith(start)]

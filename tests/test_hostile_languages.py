@@ -19,8 +19,10 @@ from click.testing import CliRunner
 from heedful.checkpoint import save_model_dir
 from heedful.cli import main
 from heedful.config import GenerationConfig, ModelConfig
-from heedful.data.tokenizers import CharTokenizer
+from heedful.data.languages import LanguageError
+from heedful.data.tokenizers import CharTokenizer, SentencePieceTokenizer
 from heedful.models.build import build_model
+from heedful.translator import Translator
 
 WORDS = ["abc", "bca", "cab", "acb", "bac", "cba"]
 VALID = ("valid_src", "valid_tgt")
@@ -51,6 +53,9 @@ class Case:
     flags: tuple[str, ...] = ()
     message: str = ""
     command: str = "train"  # or "prepare": heedful prepare -o DIR on the same config
+    # text cases (issue 26): a line typed to the SentencePiece model with --target fr, which
+    # must read one target token, <2fr>, through the API, the CLI and HTTP alike
+    text: str | None = None
 
 
 def corpora(change):
@@ -151,6 +156,10 @@ CASES = [
          message="data.corpora[0].valid_src and data.corpora[0].valid_tgt"),
     Case("source-starts-with-a-token", files={"train.fr.src": b"abc\nbca\n<2de> cab\n" * 2},
          message="pair 3: the source starts with <2de>, a target token; heedful adds <2fr>"),
+    Case("target-starts-with-a-token", files={"valid.de.tgt": b"cba\n<2de> acb\n" * 3},
+         message="data.corpora[0].valid_tgt ("),
+    Case("target-starts-with-a-token-message", files={"train.fr.tgt": b"cba\n<2fr>acb\n" * 3},
+         message="pair 2: the target starts with <2fr>, a target token; heedful adds <2fr> to"),
     Case("given-tokenizer-without-tokens",
          data=lambda d: {"corpora": two_corpora(d), "src_tokenizer": str(d / "plain.tok"),
                          "tgt_tokenizer": str(d / "plain.tok")},
@@ -179,6 +188,12 @@ CASES = [
     Case("no-target", flags=(), message="writes several languages (en→de, en→fr): name the target"),
     Case("source-not-trained", flags=("--source", "de", "--target", "fr"),
          message="does not translate de→fr; it translates en→de, en→fr"),
+    # a target token typed in the text is text, never the model's control token (issue 26)
+    Case("typed-token-first", text="<2de> abc cab"),
+    Case("typed-token-inside", text="abc <2de> cab"),
+    Case("typed-token-after-spaces", text="   <2de> abc"),
+    Case("typed-token-glued", text="<2de><2de>abc"),
+    Case("typed-own-token", text="<2fr> abc"),
 ]  # fmt: skip
 
 
@@ -193,6 +208,45 @@ def multilingual(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("hostile-languages") / "model"
     pairs = (("en", "de"), ("en", "fr"))
     return save_model_dir(path, model, config, source, target, GenerationConfig(), pairs[0], pairs)
+
+
+@pytest.fixture(scope="module")
+def sp_multilingual(tmp_path_factory) -> Path:
+    """The same model with a SentencePiece source tokenizer, whose target tokens are
+    user-defined symbols; its training text has the characters of a typed <2de>."""
+    texts = [" ".join(WORDS[i:] + WORDS[:i]) + " <2 de fr> " for i in range(len(WORDS))]
+    source = SentencePieceTokenizer.train(texts, 24, symbols=["<2de>", "<2fr>"])
+    target = CharTokenizer.train(["abc"])
+    config = ModelConfig(d_model=8, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16)
+    torch.manual_seed(0)
+    model = build_model(config, len(source), len(target))
+    path = tmp_path_factory.mktemp("hostile-languages-sp") / "model"
+    pairs = (("en", "de"), ("en", "fr"))
+    return save_model_dir(path, model, config, source, target, GenerationConfig(), pairs[0], pairs)
+
+
+def check_reads_one_token(case: Case, model_dir: Path) -> None:
+    """The API reads <2fr> and then the typed text; the CLI and HTTP answer the same;
+    without a target the API names none, whatever the text starts with."""
+    translator = Translator.load(model_dir)
+    with pytest.raises(LanguageError, match="writes several languages"):
+        translator.translate([case.text], num_beams=1)
+    tokenizer = translator.src_tokenizer
+    ids = tokenizer.encode(translator.sources([case.text], target="fr")[0])
+    read = [tokenizer.id_to_token(i) for i in ids if tokenizer.id_to_token(i) in tokenizer.symbols]
+    assert read == ["<2fr>"] and ids[0] == tokenizer.processor.piece_to_id("<2fr>"), ids
+    [expected] = translator.translate([case.text], num_beams=1, target="fr")
+    args = ["translate", str(model_dir), "--target", "fr", "--beam", "1"]
+    result = CliRunner().invoke(main, args, input=case.text + "\n")
+    assert result.exit_code == 0 and result.output == expected.text + "\n", result.output
+    from server.helpers import client
+
+    with client(model_dir) as http:
+        body = {"q": case.text, "source": "en", "target": "fr", "num_beams": 1}
+        answer = http.post("/translate", json=body | {"return_attention": True}).json()
+    tokens = answer["attention"]["source_tokens"]
+    assert [t for t in tokens if t in tokenizer.symbols] == ["<2fr>"], tokens
+    assert answer["translatedText"] == expected.text
 
 
 def write_data(d: Path, case: Case) -> dict:
@@ -220,7 +274,10 @@ def train(tmp_path: Path, case: Case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_hostile_languages(case, tmp_path, multilingual):
+def test_hostile_languages(case, tmp_path, multilingual, request):
+    if case.text is not None:
+        check_reads_one_token(case, request.getfixturevalue("sp_multilingual"))
+        return
     if case.model is None and (case.data is not None or case.files):
         result = train(tmp_path, case)
         assert not (tmp_path / "run" / "latest").exists()  # nothing trained, or prepared

@@ -12,7 +12,54 @@ Shapes: B sentences, R decode rows, P the longest prefix, V target vocabulary.
 
 from __future__ import annotations
 
+import unicodedata
+
 import torch
+
+from heedful.data.tokenizers import UNK_ID
+
+
+class PrefixError(ValueError):
+    """A prefix that no output could start with as typed: characters the target vocabulary
+    lacks, a target token, or text its tokenizer writes otherwise (it normalises)."""
+
+
+def _named(char: str) -> str:
+    """'é' (U+00E9 LATIN SMALL LETTER E WITH ACUTE); U+202E RIGHT-TO-LEFT OVERRIDE: a
+    character without a glyph of its own (a control, a format or a combining mark) by its
+    code point only, so that the message shows what it is and stays one line."""
+    name = f"U+{ord(char):04X} {unicodedata.name(char, '')}".strip()
+    visible = char.isprintable() and not unicodedata.category(char).startswith(("M", "Z"))
+    return f"{char!r} ({name})" if visible else name
+
+
+def prefix_ids(tokenizer, text: str, where: str = "the prefix") -> list[int]:
+    """The target ids of a forced beginning, which must spell `text` exactly: the promise is
+    that every output starts with its prefix, and a piece forced as <unk> (which decode leaves
+    out), a target token (<2de>, which only --target / `target` sets) or a normalised
+    spelling would break it silently. Anything else is a PrefixError naming `where` and the
+    characters, refused before any search (as OpenNMT and fairseq do not: they force <unk>)."""
+    ids = tokenizer.encode(text)
+    if UNK_ID in ids:
+        lacking = [c for c in dict.fromkeys(text) if UNK_ID in tokenizer.encode(c)]
+        shown = ", ".join(map(_named, lacking[:3])) + (" and more" if len(lacking) > 3 else "")
+        raise PrefixError(
+            f"{where} holds {shown or 'text'}, which the target vocabulary lacks: no output "
+            "could start with it; leave it out"
+        )
+    symbols = getattr(tokenizer, "symbols", ())
+    if ids and tokenizer.id_to_token(ids[0]) in symbols:
+        raise PrefixError(
+            f"{where} starts with {tokenizer.id_to_token(ids[0])}, a target token: the output "
+            "language is set by --target (the target field), not by text"
+        )
+    written = tokenizer.decode(ids)
+    if written != text:
+        raise PrefixError(
+            f"{where} is written {written[:40]!r} by the target tokenizer (it normalises "
+            "text), so no output could start with it as typed: send it as written"
+        )
+    return ids
 
 
 def prefix_tensor(

@@ -17,6 +17,7 @@ from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
 from heedful.decoding import Hypothesis, beam_search, greedy_search, sample_search
 from heedful.models.base import Seq2SeqOutput
 from heedful.models.ensemble import Ensemble
+from heedful.prefix import prefix_ids
 from heedful.sampling import Sampling
 
 
@@ -210,12 +211,11 @@ class Translator:
 
     def sources(self, texts: Sequence[str], target=None, source=None) -> list[str]:
         """The texts as the model reads them into `target`: a multilingual model's after the
-        target token. Texts that carry their token already (the server's) pass as they are."""
-        from heedful.data.languages import source_texts
-        from heedful.data.tokenizers import split_leading
+        target token. Texts heedful tagged already (languages.Tagged: the server's, the CLI's)
+        pass as they are; a text that merely starts with <2de> names no target."""
+        from heedful.data.languages import Tagged, source_texts
 
-        symbols = getattr(self.src_tokenizer, "symbols", ())
-        tagged = all(split_leading(t, symbols)[0] or not t.strip() for t in texts)
+        tagged = all(isinstance(t, Tagged) or not t.strip() for t in texts)
         if target is None and source is None and (not self.target_tokens or tagged):
             return list(texts)
         return source_texts(texts, self.pairs, self.target_tokens, target, source)
@@ -271,7 +271,7 @@ class Translator:
             raise ValueError(f"{len(prefixes)} prefixes for {len(texts)} texts: give one each")
         g, forced = replace(self.generation, **settings), {}
         for i in order:
-            forced[i] = self.prefix_ids(prefixes[i])
+            forced[i] = self.prefix_ids(prefixes[i], f"text {i + 1}: the prefix")
             limit = g.max_output_length(len(self.src_tokenizer.encode(texts[i])))
             if len(forced[i]) > limit:
                 raise ValueError(
@@ -281,9 +281,10 @@ class Translator:
                 )
         return forced
 
-    def prefix_ids(self, prefix: str | None) -> list[int]:
-        """The target ids of a forced beginning (none for None or an empty text)."""
-        return self.tgt_tokenizer.encode(prefix) if prefix else []
+    def prefix_ids(self, prefix: str | None, where: str = "the prefix") -> list[int]:
+        """The target ids of a forced beginning (none for None or an empty text); one the
+        output could not start with as typed is a PrefixError naming `where` (prefix.py)."""
+        return prefix_ids(self.tgt_tokenizer, prefix, where) if prefix else []
 
     @torch.no_grad()
     def replay(self, src: torch.Tensor, hypothesis: Hypothesis) -> Seq2SeqOutput:

@@ -63,6 +63,19 @@ BAD = [
     ({"q": "ab", "prefix": "abcdefg"}, "prefix is 7 tokens long, more than the output may be (6"),
     ({"q": ["abcdef", "ab"], "prefix": "abcdefg"}, "more than the output of q[1] may be (6"),
     ({"prefix": "x" * 51}, "prefix has 51 characters; the limit is 50"),
+    # issue 26: numbers no float holds, NUL as the CLI refuses it, prefixes the output could
+    # not start with as typed (the model's vocabulary: a-z, space, A, B, C, '.' and ',')
+    ({"sample": True, "temperature": 10**400}, "temperature must be a finite number above 0"),
+    ({"temperature": -(10**400)}, "finite number above 0.0 and at most 100.0, got -1000"),
+    ({"sample": True, "top_p": 10**309}, "top_p must be a finite number above 0.0 and at most"),
+    ({"q": "ab\0c"}, "q holds NUL (\\u0000) at character 2"),
+    ({"q": ["abc", "\0"]}, "q[1] holds NUL (\\u0000) at character 0"),
+    ({"prefix": "a\0"}, "prefix holds NUL (\\u0000) at character 1"),
+    ({"prefix": "a\U0001f600"}, "prefix holds '😀' (U+1F600 GRINNING FACE), which the target"),
+    ({"prefix": "\u202eabc"}, "prefix holds U+202E RIGHT-TO-LEFT OVERRIDE, which the target"),
+    ({"prefix": "e\u0301"}, "prefix holds U+0301 COMBINING ACUTE ACCENT, which the target"),
+    ({"prefix": "<unk>"}, "prefix holds '<' (U+003C LESS-THAN SIGN), '>' (U+003E"),
+    ({"prefix": "\U0001f600", "return_attention": True}, "prefix holds '😀'"),
 ]
 
 

@@ -32,11 +32,20 @@ def pairs_text(pairs: LanguagePairs) -> str:
     return ", ".join(f"{src}→{tgt}" for src, tgt in pairs)
 
 
+class Tagged(str):
+    """A text after the target token heedful put before it (tagged): the one kind of text
+    whose leading <2xx> Translator.translate passes as it is, with no target named (the
+    server's, the CLI's). A user's text that starts with "<2de>" is a plain str: tagged like
+    any other, so the model reads <2de> as text, never as the target (issue 26)."""
+
+    __slots__ = ()
+
+
 def tagged(texts: Sequence[str], target: str) -> list[str]:
     """Each text after the target token and a space; a blank text stays blank (it is
     answered without a search, and a corpus drops it)."""
     token = target_token(target)
-    return [f"{token} {text}" if text.strip() else text for text in texts]
+    return [Tagged(f"{token} {text}") if text.strip() else text for text in texts]
 
 
 def read_corpus(data, index: int, split: str) -> list[tuple[str, str]]:
@@ -44,7 +53,9 @@ def read_corpus(data, index: int, split: str) -> list[tuple[str, str]]:
     corpus's target token, read as strictly as one corpus is (corpus.iter_split), every error
     naming data.corpora[index] and its key; data.valid_max_sentences counts per corpus. A
     source that already starts with a target token is an error: the model would read two, or
-    the one the file wrote instead of its pair's."""
+    the one the file wrote instead of its pair's; so is a target (a file of the other side, or
+    tagged already), which a joint vocabulary would read as the token. Inside a text, <2de>
+    is text like any other (tokenizers.split_leading)."""
     corpus, at = data.corpora[index], f"data.corpora[{index}]"
     view = replace(data, corpora=(), **{key: getattr(corpus, key) for key in SPLIT_KEYS})
     pairs = []
@@ -52,12 +63,14 @@ def read_corpus(data, index: int, split: str) -> list[tuple[str, str]]:
     for number, (src, tgt) in enumerate(iter_split(view, split, at), start=1):
         if limit is not None and number > limit:
             break
-        clash = TARGET_TOKEN.match(src)
-        if clash:
-            raise CorpusError(
-                f"{split_source(corpus, split, at)}: pair {number}: the source starts with "
-                f"{clash[0]}, a target token; heedful adds <2{corpus.target}> itself"
-            )
+        for side, text in (("source", src), ("target", tgt)):
+            clash = TARGET_TOKEN.match(text)  # a joint vocabulary reads it on either side
+            if clash:
+                raise CorpusError(
+                    f"{split_source(corpus, split, at)}: pair {number}: the {side} starts "
+                    f"with {clash[0]}, a target token; heedful adds <2{corpus.target}> to the "
+                    "source itself"
+                )
         pairs.append((src, tgt))
     if not pairs:
         raise CorpusError(f"{split_source(corpus, split, at)}: empty, no sentence pairs; the "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import random
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from heedful.configcorpora import LANGUAGE_CODE
+from heedful.data import sentencepiece_model as spm_model
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -145,7 +145,7 @@ class SentencePieceTokenizer:
     kind = "sentencepiece"
 
     def __init__(self, model_proto: bytes):
-        processor = _processor(model_proto)
+        processor = spm_model.processor(model_proto)
         if processor is None:
             raise ValueError("not a SentencePiece model")
         special_ids = (
@@ -159,10 +159,13 @@ class SentencePieceTokenizer:
                 f"SentencePiece model has pad/bos/eos/unk ids {special_ids}, heedful needs "
                 f"{(PAD_ID, BOS_ID, EOS_ID, UNK_ID)}: train it with SentencePieceTokenizer.train"
             )
-        self.model_proto = bytes(model_proto)
-        self.processor = processor
-        pieces = (processor.id_to_piece(i) for i in range(len(SPECIALS), len(self)))
+        self.model_proto = bytes(model_proto)  # as trained and saved
+        pieces = (processor.id_to_piece(i) for i in range(len(SPECIALS), len(processor)))
         self.symbols = frozenset(p for p in pieces if TARGET_TOKEN.fullmatch(p))  # <2de>, <2fr>
+        # encodes with the symbols as control pieces: a text that holds "<2de>" spells it out
+        if self.symbols:
+            processor = spm_model.processor(spm_model.control_symbols(model_proto, self.symbols))
+        self.processor = processor
 
     @classmethod
     def train(
@@ -195,7 +198,7 @@ class SentencePieceTokenizer:
             raise ValueError(f"model_type must be 'unigram' or 'bpe', not {model_type!r}")
         symbols = list(symbols)
         texts = (split_leading(text, symbols)[1] for text in texts)
-        sentences = _sample(texts, input_sentence_size, seed)
+        sentences = spm_model.sample(texts, input_sentence_size, seed)
         if not sentences:
             raise ValueError("no non-empty text to train a SentencePiece model on")
         model = io.BytesIO()
@@ -219,7 +222,7 @@ class SentencePieceTokenizer:
                 minloglevel=1,  # warnings only: the progress log is hundreds of lines
             )
         except RuntimeError as error:
-            raise _training_error(error, vocab_size, model_type) from None
+            raise spm_model.training_error(error, vocab_size, model_type) from None
         return cls(model.getvalue())
 
     def __len__(self) -> int:
@@ -264,53 +267,6 @@ def _read_file(path: str | Path) -> bytes:
     if path.exists() and not path.is_file():
         raise ValueError(f"{path}: not a regular file, so not a tokenizer file")
     return path.read_bytes()
-
-
-def _processor(model_proto: bytes):
-    """A SentencePieceProcessor for serialized model bytes, or None if they are not a model."""
-    import sentencepiece as spm
-
-    if not model_proto:  # parses as an empty protobuf, then fails on first use
-        return None
-    try:
-        return spm.SentencePieceProcessor(model_proto=model_proto)
-    except RuntimeError:
-        return None
-
-
-def _sample(texts: Iterable[str], size: int, seed: int) -> list[str]:
-    """At most `size` of the non-empty texts (all when size is 0), kept in their original order.
-
-    Reservoir sampling (Vitter 1985, algorithm R) holds only the sample in memory. heedful
-    samples itself because SentencePiece's own sampler (its input_sentence_size) picked
-    different sentences in different processes even after set_random_generator_seed
-    (sentencepiece 0.2), so the same config would train different models.
-    """
-    rng = random.Random(seed)
-    sample: list[tuple[int, str]] = []
-    for n, text in enumerate(t for t in texts if t.strip()):
-        if size <= 0 or len(sample) < size:
-            sample.append((n, text))
-        elif (j := rng.randrange(n + 1)) < size:
-            sample[j] = (n, text)
-    sample.sort()
-    return [text for _, text in sample]
-
-
-def _training_error(error: RuntimeError, vocab_size: int, model_type: str) -> ValueError:
-    # SentencePiece reports "INTERNAL: src/trainer_interface.cc(744) [check] message".
-    message = str(error).split("] ", 1)[-1] or str(error)
-    limit = re.search(r"too high.*<= (\d+)", message)
-    if limit:
-        return ValueError(
-            f"vocab_size={vocab_size} is too large for this training text: a {model_type} model "
-            f"can have at most {limit[1]} pieces here; set vocab_size to {limit[1]} or less, or "
-            "train on more text"
-        )
-    return ValueError(
-        f"SentencePiece training failed (vocab_size={vocab_size}, model_type={model_type}): "
-        f"{message}"
-    )
 
 
 def train_tokenizers(
@@ -376,7 +332,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 
             return ImageSource.from_json(parsed, path)
         return CharTokenizer.from_json(parsed, path)
-    if _processor(data) is None:
+    if spm_model.processor(data) is None:
         raise ValueError(
             f"{path}: not a tokenizer file: neither heedful character-tokenizer JSON "
             "nor a SentencePiece model"

@@ -18,6 +18,9 @@ from heedful.server.limits import ApiError
 # counts the separators \x1c-\x1f and \x85) nor the JSON-Schema regex's \s (which also counts
 # U+FEFF): the OpenAPI pattern and the parser's check then agree on every string.
 NOT_BLANK = r"[^\s\x1c-\x1f\x85\ufeff]"
+# The schema of a text (q) and of a prefix: that, and no NUL anywhere (check_characters)
+TEXT = r"^[^\x00]*[^\s\x00\x1c-\x1f\x85\ufeff][^\x00]*$"
+NO_NUL = r"^[^\x00]*$"
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", ""}
@@ -27,6 +30,17 @@ def shown(value: Any, width: int = 40) -> str:
     """A value as JSON, cut short: an error message quotes it, it does not echo megabytes."""
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def check_characters(where: str, text: str) -> None:
+    """Text as the CLI reads it: valid Unicode (JSON's "\\ud800" decodes to a lone surrogate)
+    and no NUL, which no text holds (data/corpus.py refuses it in every file and on stdin:
+    a UTF-16 or binary input), so `q` and `prefix` are refused where a line would be."""
+    if not text.isascii() and _SURROGATE.search(text):
+        raise ApiError(400, f"{where} holds an unpaired surrogate: not valid Unicode text")
+    if "\0" in text:
+        at = text.index("\0")
+        raise ApiError(400, f"{where} holds NUL (\\u0000) at character {at}: remove it")
 
 
 class Field(Protocol):
@@ -50,7 +64,7 @@ class Texts:
     max_items: int
 
     def query_schema(self) -> dict:  # a list is the field repeated: ?q=a&q=b
-        return {"type": "string", "minLength": 1, "maxLength": self.max_chars, "pattern": NOT_BLANK}
+        return {"type": "string", "minLength": 1, "maxLength": self.max_chars, "pattern": TEXT}
 
     def schema(self) -> dict:
         text = self.query_schema()
@@ -82,8 +96,7 @@ class Texts:
             raise ApiError(400, f"{where} must be a string, got {type(text).__name__}")
         if re.search(NOT_BLANK, text) is None:
             raise ApiError(400, f"{where} is empty: there is nothing to translate")
-        if not text.isascii() and _SURROGATE.search(text):  # JSON's "\ud800" decodes alone
-            raise ApiError(400, f"{where} holds an unpaired surrogate: not valid Unicode text")
+        check_characters(where, text)
         if len(text) > self.max_chars:
             raise ApiError(
                 400,
@@ -249,13 +262,18 @@ class Number:
         value = data[self.name]
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ApiError(400, f"{self.name} must be a number, got {shown(value)}")
-        above = value > self.low if self.low_open else value >= self.low
-        if not (math.isfinite(value) and above and value <= self.high):
-            span = "above" if self.low_open else "from"
-            raise ApiError(
-                400, f"{self.name} must be {span} {self.low} and at most {self.high}, got {value}"
-            )
-        return float(value)
+        span = f"{'above' if self.low_open else 'from'} {self.low} and at most {self.high}"
+        try:  # JSON's 1e400 reads as inf, and its 1 followed by 400 zeros as an int
+            number = float(value)  # that no float holds (OverflowError)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ApiError(400, f"{self.name} must be a finite number {span}, got {shown(value)}")
+        if not (
+            (number > self.low if self.low_open else number >= self.low) and number <= self.high
+        ):
+            raise ApiError(400, f"{self.name} must be {span}, got {value}")
+        return number
 
 
 @dataclass(frozen=True)
@@ -267,14 +285,13 @@ class Prefix:
     max_chars: int
 
     def schema(self) -> dict:
-        return {"type": "string", "maxLength": self.max_chars}
+        return {"type": "string", "maxLength": self.max_chars, "pattern": NO_NUL}
 
     def read(self, data: dict) -> str | None:
         value = data.get(self.name, "")
         if not isinstance(value, str):
             raise ApiError(400, f"{self.name} must be a string, got {shown(value)}")
-        if not value.isascii() and _SURROGATE.search(value):
-            raise ApiError(400, f"{self.name} holds an unpaired surrogate: not valid Unicode")
+        check_characters(self.name, value)
         if len(value) > self.max_chars:
             raise ApiError(
                 400,

@@ -108,6 +108,22 @@ def in_flight(state: ModelState) -> Iterator[None]:
         state.in_flight -= 1
 
 
+def check_prefix(state: ModelState, prefix: str | None) -> None:
+    """A prefix this model's outputs could not start with as typed (prefix.prefix_ids: a
+    character its target vocabulary lacks, a target token, a normalised spelling) is a 400
+    naming the field, here where the model is first known, before any text is planned. A
+    model still loading is answered 503 after this; other engines refuse any prefix."""
+    translator = None if state.service is None else state.service.translator
+    if not prefix or translator is None or translator.engine != "torch":
+        return
+    from heedful.prefix import PrefixError  # torch's: importing the server loads none
+
+    try:
+        translator.prefix_ids(prefix, "prefix")
+    except PrefixError as error:
+        raise ApiError(400, str(error)) from None
+
+
 class Routes:
     """Every pair the server's models translate, and which model has each."""
 
@@ -140,6 +156,7 @@ class Routes:
         state = self.owner.get((source, target))
         if state is None:
             raise unsupported(request.source, target, schema["source"])
+        check_prefix(state, request.prefix)
         if not state.target_tokens:
             return state, request
         return state, replace(request, texts=tagged(request.texts, target))
