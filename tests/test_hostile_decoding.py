@@ -91,6 +91,8 @@ CASES = [
          ConfigError, "generation.temperature"),
     Case("api-temperature-nan", api(sample=True, temperature=float("nan")),
          ConfigError, "generation.temperature"),
+    Case("api-temperature-int-no-float-holds", api(sample=True, temperature=10**400),
+         ConfigError, "generation.temperature must be above 0.0 and at most 100.0"),
     Case("api-top-p-0", api(sample=True, top_p=0.0),
          ConfigError, "generation.top_p must be above 0"),
     Case("api-top-p-above-1", api(sample=True, top_p=1.01), ConfigError, "generation.top_p"),

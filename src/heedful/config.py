@@ -301,8 +301,8 @@ class GenerationConfig:
         for name, (low, high) in ranges.items():
             value, above = getattr(self, name), name in ABOVE_LOW
             if value is not None and not (
-                math.isfinite(value) and low <= value <= high and not (above and value == low)
-            ):  # also False for NaN
+                low <= value <= high and math.isfinite(value) and not (above and value == low)
+            ):  # False for NaN; the range first, as isfinite overflows on an int like 10**400
                 span = f"above {low} and at most {high}" if above else f"from {low} to {high}"
                 raise ConfigError(f"field generation.{name} must be {span}, got {value!r}")
 

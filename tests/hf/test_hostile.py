@@ -343,3 +343,25 @@ def test_several_end_tokens_end_where_generate_ends(beams, hf_dirs, translators,
     mine = [([int(columns[i]) for i in h.tokens], h.finished) for [h] in found]
     assert mine == theirs
     assert any(ended and len(tokens) < LIMIT for tokens, ended in theirs)
+
+
+# T5's and mBART's unigram vocabularies hold "</s>", "<s>" and "<pad>" as ordinary pieces of
+# their models as well, so there the typed text is those pieces whatever the flag (their
+# language codes are added by the search, not read from the text); the others spell them out.
+SPELLED_OUT = ("marian", "bart", "m2m_100")
+
+
+@pytest.mark.parametrize("arch", SPELLED_OUT)
+def test_typed_special_tokens_are_text(arch, translators):
+    """A typed "</s>", "<pad>" or language code is text (issue 26, item 7): the source holds each
+    special id only where the tokenizer adds it itself, as for text without them."""
+    source = translators[arch].src_tokenizer
+    hf = source.tokenizer
+    typed = [token for token in hf.all_special_tokens if token and token != hf.unk_token]
+    typed += list(getattr(hf, "lang_code_to_id", {}))[:2]
+    assert len(typed) >= 2, typed
+    plain = source.encode("a b")
+    for token in typed:
+        ours = source.ids.ours.get(hf.convert_tokens_to_ids(token))
+        ids = source.encode(f"a {token} b")
+        assert ids.count(ours) == plain.count(ours), (token, ids, plain)

@@ -98,10 +98,14 @@ class HFTokenizer:
         return len(self.columns)
 
     def _model_ids(self, text: str) -> list[int]:
+        # split_special_tokens: a user's text is text. A typed "</s>" or "__de__" is spelled
+        # out in pieces, never read as the end or language token only the tokenizer may add.
         if self.side == "src":
-            return self.tokenizer(text).input_ids
+            return self.tokenizer(text, split_special_tokens=True).input_ids
         # a target text as decoding writes it, without the special tokens the tokenizer adds
-        return self.tokenizer(text_target=text, add_special_tokens=False).input_ids
+        return self.tokenizer(
+            text_target=text, add_special_tokens=False, split_special_tokens=True
+        ).input_ids
 
     def encode(self, text: str) -> list[int]:
         return [self.ids.ours.get(i, self.unk) for i in self._model_ids(text)]
