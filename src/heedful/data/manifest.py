@@ -82,8 +82,12 @@ def _check_shards(path: Path, split: dict) -> None:
             raise _damaged(path, where, "expected an object", entry)
         name = entry.get("name")
         if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
-            raise _damaged(path, f"{where}.name", "expected a shard name train-NNNNN (a file "
-                           "in this directory)", name)  # fmt: skip
+            raise _damaged(
+                path,
+                f"{where}.name",
+                "expected a shard name train-NNNNN (a file in this directory)",
+                name,
+            )
         if name in names:
             raise _damaged(path, f"{where}.name", "a shard listed twice", name)
         names.add(name)
