@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import struct
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
+from memory import memory_cap
 from safetensors.torch import load_file, save_file
 
 import heedful
@@ -399,24 +398,6 @@ CASES = [
 # ---------------------------------------------------------------------------------------------
 # Loading every way, under a memory cap
 # ---------------------------------------------------------------------------------------------
-
-HEADROOM = 1 << 30  # address space allowed above what the process maps already
-
-
-@contextmanager
-def memory_cap(headroom: int = HEADROOM):
-    """RLIMIT_AS at the current address-space size + headroom: a larger allocation fails."""
-    mapped = next(
-        int(line.split()[1]) * 1024
-        for line in Path("/proc/self/status").read_text().splitlines()
-        if line.startswith("VmSize:")
-    )
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + headroom, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from heedful.data.tokenizers import EOS
 from heedful.decoding import Hypothesis
 from heedful.translator import DEFAULT_GENERATION, Translator
 
-ImageInput = str | Path | bytes | np.ndarray  # a file, its bytes, or (H, W, 3) uint8 RGB pixels
+# a file, its bytes, (H, W, 3) uint8 RGB pixels, or a (3, size, size) tensor load_image made
+ImageInput = str | Path | bytes | np.ndarray | torch.Tensor
 
 
 @dataclass
@@ -56,6 +57,11 @@ def image_tensor(source: ImageInput, transform, name: str | None = None) -> torc
     `transform` (data/images.py's rules; pixels of another size are resized there too)."""
     from heedful.data.images import ImageError, load_image, normalize
 
+    if isinstance(source, torch.Tensor):  # already decoded (the server's upload, decoded once)
+        if tuple(source.shape) != (3, transform.size, transform.size):
+            wanted, got = (3, transform.size, transform.size), tuple(source.shape)
+            raise ImageError(f"{name or 'image tensor'}: expected {wanted}, got {got}")
+        return source
     if not isinstance(source, np.ndarray):
         return load_image(source, transform, name)
     if source.ndim != 3 or source.shape[2] != 3 or source.dtype != np.uint8:
@@ -149,7 +155,7 @@ class Captioner:
         `settings` override other GenerationConfig fields (max_len_offset is the caption's
         limit in tokens; sample, temperature, top_k, top_p, seed, num_samples). need_weights:
         each Caption's attention, from one teacher-forced replay of it."""
-        if isinstance(sources, (str, Path, bytes, np.ndarray)):
+        if isinstance(sources, (str, Path, bytes, np.ndarray, torch.Tensor)):
             raise TypeError("caption() takes a list of images, not one image")
         out, grid = [], self.grid()
         for start in range(0, len(sources), batch_size):
@@ -181,7 +187,7 @@ def _name(source: ImageInput, index: int) -> str | None:
     """What an error calls an input that is not a file: bytes or an array, by position."""
     if isinstance(source, bytes):
         return f"image {index + 1} (bytes)"
-    if isinstance(source, np.ndarray):
+    if isinstance(source, (np.ndarray, torch.Tensor)):
         return f"image {index + 1} (array)"
     return None
 

@@ -73,6 +73,28 @@ def shape(height: int, width: int) -> Callable[[np.ndarray], None]:
     return check
 
 
+def strip(width: int, height: int) -> bytes:
+    """A black width × height PNG: a few kB for a strip of millions of pixels."""
+    return encoded(Image.new("L", (width, height)))
+
+
+def sixteen_bit_transparent() -> bytes:
+    """A 16-bit grayscale PNG whose tRNS makes the grey 1000 transparent: one pixel of 5140
+    (20 in 8 bits) and five transparent ones."""
+    values = np.full((2, 3), 1000, dtype=np.uint16)
+    values[0, 0] = 5140
+    return encoded(Image.fromarray(values), transparency=1000)
+
+
+def top_left_then_white(first: int) -> Callable[[np.ndarray], None]:
+    def check(pixels: np.ndarray) -> None:
+        expected = np.full(pixels.shape, 255, dtype=np.uint8)
+        expected[0, 0] = first
+        np.testing.assert_array_equal(pixels, expected)
+
+    return check
+
+
 def fifo(folder: Path) -> Path:
     os.mkfifo(folder / "pipe.png")
     return folder / "pipe.png"
@@ -94,7 +116,9 @@ def sparse_huge(folder: Path) -> Path:
 
 @dataclass
 class Case:
-    reader: str  # image: load_image and image_pixels; flickr / coco: read_captions
+    reader: (
+        str  # image: load_image and image_pixels; resize: load_image; flickr / coco: read_captions
+    )
     content: bytes | str | Callable[[Path], Path]  # the file, or (folder) -> a path
     words: tuple[str, ...] = ()  # in the error; none: the input must be read
     check: Callable | None = None  # on image_pixels' array, or read_captions' list
@@ -186,6 +210,23 @@ IMAGE_CASES = [
                  id="webp-lossless"),
     pytest.param(Case("image", encoded(Image.new("RGB", (2, 5), (10, 20, 30)), "TIFF"),
                       check=shape(5, 2)), id="tiff-portrait"),
+    pytest.param(Case("resize", strip(1, 400_000), ("1 × 400,000", "aspect ratio of 400,000:1",
+                                                    "limit of 100:1", "refused before decoding")),
+                 id="row2-elongated-1x400000"),
+    pytest.param(Case("resize", strip(2_000_000, 1), ("2,000,000 × 1", "aspect ratio")),
+                 id="row2-elongated-2000000x1"),
+    pytest.param(Case("resize", strip(10, 500), ("10 × 500", "resized to 204,800 pixels",
+                                                 "limit of 100,000 (max_pixels)"),
+                      transform=ImageTransform(size=64, max_pixels=100_000)),
+                 id="row2-resize-over-max-pixels"),
+    pytest.param(Case("image", strip(1, 100), check=shape(100, 1)),
+                 id="strip-at-the-aspect-limit"),
+    pytest.param(Case("image", sixteen_bit_transparent(), check=top_left_then_white(20)),
+                 id="sixteen-bit-grey-transparency-is-white"),
+    pytest.param(Case("image", encoded(Image.new("L", (3, 2), 51), bits=4, transparency=3),
+                      check=uniform(255)), id="four-bit-grey-transparency-is-white"),
+    pytest.param(Case("image", encoded(Image.new("L", (3, 2), 85), bits=2, transparency=1),
+                      check=uniform(255)), id="two-bit-grey-transparency-is-white"),
 ]  # fmt: skip
 
 CAPTION_CASES = [
@@ -255,6 +296,25 @@ CAPTION_CASES = [
                       "annotations[0]", "NUL"), id="coco-nul-in-caption"),
     pytest.param(coco(one_image(GOOD, [{"image_id": 1, "caption": " \n"}]), "annotations[0]",
                       "empty caption"), id="coco-empty-caption"),
+    pytest.param(flickr("a.png#0\tone\na.png#00\ttwo\n", "line 2", "a.png#00 again",
+                        "first on line 1"), id="flickr-number-with-a-leading-zero"),
+    pytest.param(flickr("a.png#0\tone\n./a.png#0\ttwo\n", "line 2", "./a.png#0 again",
+                        "first on line 1"), id="flickr-dot-slash-is-the-same-image"),
+    pytest.param(flickr("a.png#1\tone\na.png#" + "0" * 5000 + "1\ttwo\n", "line 2", "again"),
+                 id="flickr-number-of-5000-digits"),
+    pytest.param(flickr("a.png#0\tone\n./a.png#1\ttwo\n",
+                        check=captions_of(("a.png", ["one", "two"]))),
+                 id="flickr-dot-slash-captions-grouped"),
+    pytest.param(flickr("a.png#\u00b2\tone\n", "line 1", "image file not found", "a.png#\u00b2"),
+                 id="flickr-superscript-is-no-caption-number"),
+    pytest.param(flickr("image_name| comment_number| comment\na.png| 0| one\n./a.png| 00| two\n",
+                        "line 3", "again", "first on line 2"), id="results-csv-same-caption"),
+    pytest.param(flickr("image_name| comment_number| comment\na.png| \u0663| one\n", "line 2",
+                        "comment_number '\u0663'"), id="results-csv-arabic-indic-digit"),
+    pytest.param(coco(one_image(GOOD + [{"id": 2, "file_name": "./a.png"}],
+                                ANN + [{"image_id": 2, "caption": "x"}]),
+                      "images[1]", "'./a.png' is the image of images[0] again"),
+                 id="coco-one-image-under-two-ids"),
 ]  # fmt: skip
 
 CASES = IMAGE_CASES + CAPTION_CASES
@@ -263,10 +323,9 @@ CASES = IMAGE_CASES + CAPTION_CASES
 def _run_image(case: Case, path: Path) -> None:
     if case.words:
         limit = case.transform.max_pixels
-        readers = (
-            lambda: load_image(path, case.transform),
-            lambda: image_pixels(path, None, limit),
-        )
+        readers = [lambda: load_image(path, case.transform)]
+        if case.reader == "image":  # image_pixels does not resize: what it decodes is the input
+            readers.append(lambda: image_pixels(path, None, limit))
         for read in readers:
             with pytest.raises(ImageError) as caught:
                 read()
@@ -302,9 +361,10 @@ def test_hostile_image_input(tmp_path, case: Case):
     if callable(case.content):
         path = case.content(tmp_path)
     else:
-        path = tmp_path / ("input.png" if case.reader == "image" else "captions.txt")
+        images = case.reader in ("image", "resize")
+        path = tmp_path / ("input.png" if images else "captions.txt")
         path.write_bytes(case.content)
-    if case.reader == "image":
+    if case.reader in ("image", "resize"):
         _run_image(case, path)
     else:
         _run_captions(case, path, tmp_path)

@@ -7,17 +7,28 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
+import time
 
 import numpy as np
 import pytest
-from data.test_hostile_images import cmyk_jpeg, encoded, png_claiming
+import requests
+from data.test_hostile_images import (
+    cmyk_jpeg,
+    encoded,
+    png_claiming,
+    sixteen_bit_transparent,
+    strip,
+)
 from image_models import image_model_dir, picture
+from memory import memory_cap
 from PIL import Image
 
 from heedful.captioner import Captioner
+from heedful.data.images import ImageError
 from heedful.server import ServerLimits
 
-from .helpers import client, error, ok
+from .helpers import InProcessServer, client, error, ok
 
 LIMITS = ServerLimits(max_body_bytes=200_000, max_num_beams=4)
 PNG = encoded(Image.fromarray(picture(seed=5)))
@@ -75,6 +86,8 @@ GOOD = [
     pytest.param(mode("RGBA", (200, 10, 10, 128)), id="rgba"),
     pytest.param(cmyk_jpeg(), id="cmyk-jpeg"),
     pytest.param(mode("I;16", 40_000), id="sixteen-bit-png"),
+    pytest.param(sixteen_bit_transparent(), id="sixteen-bit-grey-transparency"),
+    pytest.param(strip(1, 100), id="strip-at-the-aspect-limit"),
 ]
 
 
@@ -103,6 +116,10 @@ HOSTILE = [
      "refused before decoding"),
     ("row0-huge-under-the-upload-limit", sent(upload, png_claiming(5000, 4000)), 400,
      "16,000,000"),
+    ("row2-elongated-1x400000", sent(upload, strip(1, 400_000)), 400,
+     "field file: 1 × 400,000 pixels has an aspect ratio of 400,000:1"),
+    ("row2-elongated-2000000x1", sent(as_json, strip(2_000_000, 1)), 400,
+     "field image: 2,000,000 × 1 pixels has an aspect ratio"),
     ("row0-too-many-bytes", sent(upload, b"\x89PNG" + bytes(300_000)), 413, "--max-body-bytes"),
     ("row0-json-image-not-base64", lambda: {"json": {"image": "not base64!"}}, 400,
      "field image is not valid base64"),
@@ -215,5 +232,72 @@ def test_fuzzing_caption_from_its_schema_finds_no_server_error(image_dir, mode):
             case.call_and_validate(session=session, timeout=60, checks=checks)
 
         fuzz()
+    finally:
+        server.stop()
+
+
+# ---- issue 26: bounded cost, one decode, no jam after a 504 --------------------------------
+
+
+@pytest.mark.parametrize("size", [(1, 400_000), (2_000_000, 1)], ids=["1x400000", "2000000x1"])
+def test_elongated_pictures_are_refused_under_a_memory_cap(served, image_dir, tmp_path, size):
+    """Resizing scales the shorter side up: 1 × 400,000 would become 224 × 89,600,000 pixels
+    (60 GB). Under a 512 MiB cap the server answers 400 and the Captioner an ImageError."""
+    data = strip(*size)
+    path = tmp_path / "strip.png"
+    path.write_bytes(data)
+    captioner = Captioner.load(image_dir)
+    with memory_cap(1 << 29):
+        response = served.post("/caption", **upload(data))
+        with pytest.raises(ImageError, match="aspect ratio"):
+            captioner.caption([path])
+    error(response, 400, "aspect ratio")
+
+
+def test_an_upload_is_decoded_once(served, monkeypatch):
+    import heedful.data.images as images
+
+    opened, real = [], images._open_checked
+    monkeypatch.setattr(images, "_open_checked", lambda *a: opened.append(1) or real(*a))
+    ok(served.post("/caption", **upload(PNG)))
+    assert len(opened) == 1
+
+
+SLOW = 3.0  # seconds a slow caption holds the model, past the 2 s request timeout
+
+
+def test_captions_past_their_deadline_do_not_jam_the_server(image_dir, monkeypatch):
+    """12 slow captions (those that ask for attention, here) each get their 504; the one
+    running is counted in /health's in_flight until its thread ends; the queued ones never
+    run; so a normal caption asked after the 504s gets its answer within its own timeout."""
+    real = Captioner.caption
+
+    def slow(self, sources, num_beams=None, *args, need_weights=False, **kwargs):
+        if need_weights:
+            time.sleep(SLOW)
+        return real(self, sources, num_beams, *args, need_weights=need_weights, **kwargs)
+
+    monkeypatch.setattr(Captioner, "caption", slow)
+    limits = ServerLimits(max_body_bytes=200_000, request_timeout=2.0, max_in_flight=16)
+    server = InProcessServer(image_dir, limits)
+    try:
+        statuses = []
+
+        def post_slow():
+            answer = requests.post(
+                server.url + "/caption", **upload(PNG, attention="true"), timeout=30
+            )
+            statuses.append(answer.status_code)
+
+        threads = [threading.Thread(target=post_slow) for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert statuses == [504] * 12
+        assert server.health()["in_flight"] >= 1  # the caption still running holds the model
+        answer = requests.post(server.url + "/caption", **upload(PNG), timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert server.health()["in_flight"] == 0
     finally:
         server.stop()

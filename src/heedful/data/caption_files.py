@@ -9,8 +9,9 @@ A damaged image is found later, when it is decoded (data/images.py), as an Image
 The "flickr" format is line based, read by corpus.iter_lines (UTF-8, a byte-order mark dropped,
 the line and byte offset of an invalid byte named). Each line is one of
 - `1000268201_693b08cb0e.jpg#0<TAB>A child in a pink dress ...` (Flickr8k.token.txt, Flickr30k's
-  results_20130124.token): one TAB; a `#N` ending the image name is the caption's number, and
-  the same image and number twice is an error;
+  results_20130124.token): one TAB; a `#N` of ASCII digits ending the image name is the
+  caption's number, and the same image and number twice is an error, however spelled (`a.png#0`,
+  `./a.png#00`);
 - `image.jpg<TAB>a caption` (the same without numbers);
 - `image.jpg| 0| a caption` when the first line is Flickr30k results.csv's header,
   `image_name| comment_number| comment`.
@@ -20,7 +21,8 @@ In both formats a caption's surrounding whitespace is removed (COCO captions oft
 space or a newline); a caption that is then empty, or that holds NUL or (from a JSON escape) a
 lone surrogate, is an error. Images come in the order they first appear (the "images" array for
 COCO, where an image without captions is left out), each with its captions in file order. Image
-names are relative to `image_dir` and may not leave it (no absolute paths, no `..`).
+names are relative to `image_dir` and may not leave it (no absolute paths, no `..`); in COCO,
+two captioned entries naming one image file is an error.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class _Images:
                 raise fail("empty image name")
             if relative.is_absolute() or ".." in relative.parts:
                 raise fail(f"image name {name!r} leaves the image directory {self.image_dir}")
-            path = self.image_dir / relative
+            path = self.image_dir / relative  # pathlib drops '.': ./a.png is a.png
             if not path.is_file():
                 state = "is not a file" if path.exists() else "image file not found"
                 raise fail(f"{state}: {path}")
@@ -80,9 +82,20 @@ class _Images:
 def _split_number(image: str) -> tuple[str, str | None]:
     """`name.jpg#3` -> ("name.jpg", "3"); a name without a numeric `#N` ending is whole."""
     name, hash_sign, number = image.rpartition("#")
-    if hash_sign and name and number.isdigit():
+    if hash_sign and name and _is_number(number):
         return name, number
     return image, None
+
+
+def _is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also passes '²' and '٣', which are no caption numbers."""
+    return text.isascii() and text.isdigit()
+
+
+def _same_number(number: str) -> str:
+    """'0', '00' and '000' are one caption number; compared as text, since int() refuses more
+    than 4,300 digits."""
+    return number.lstrip("0") or "0"
 
 
 def _csv_fields(line: str, where: str) -> tuple[str, str, str]:
@@ -94,7 +107,7 @@ def _csv_fields(line: str, where: str) -> tuple[str, str, str]:
             f"found {len(fields) - 1}"
         )
     image, count, text = (f.strip() for f in fields)
-    if not count.isdigit():
+    if not _is_number(count):
         raise CorpusError(f"{where}: comment_number {count!r} is not a whole number")
     return image, count, text
 
@@ -123,17 +136,20 @@ def read_flickr(path: str | Path, image_dir: str | Path, key: str) -> list[tuple
     """(image path, captions) from a Flickr token file or results.csv (module docstring)."""
     path, images = Path(path), _Images(Path(image_dir), key)
     grouped: dict[Path, list[str]] = {}
-    seen: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[Path, str], int] = {}
     for number, name, count, text in _flickr_lines(path, key):
 
         def fail(problem: str, number=number) -> CorpusError:
             return CorpusError(f"{key}: {path}: line {number}: {problem}")
 
-        if count is not None:
-            if (name, count) in seen:
-                raise fail(f"caption {name}#{count} again (first on line {seen[name, count]})")
-            seen[name, count] = number
-        grouped.setdefault(images.path(name, fail), []).append(_caption(text, fail))
+        image = images.path(name, fail)
+        if count is not None:  # a.png#0, ./a.png#00: one caption, however spelled
+            which = (image, _same_number(count))
+            if which in seen:
+                first = seen[which]
+                raise fail(f"caption {name}#{count} again (first on line {first}, the same image)")
+            seen[which] = number
+        grouped.setdefault(image, []).append(_caption(text, fail))
     return list(grouped.items())
 
 
@@ -197,11 +213,15 @@ def read_coco(path: str | Path, image_dir: str | Path, key: str) -> list[tuple[P
         text = _caption(_field(record, "caption", str, fail), fail)
         captions.setdefault(image_id, []).append(text)
         first.setdefault(image_id, index)
-    out = []
+    out, entry_of = [], {}  # image path -> the index of its entry in "images"
     for image_id, (index, name) in names.items():
         if image_id in captions:
             where = f"images[{index}] (id {image_id}, captioned at annotations[{first[image_id]}])"
-            out.append((images.path(name, failing(where)), captions[image_id]))
+            image = images.path(name, failing(where))
+            if image in entry_of:  # a.png and ./a.png under two ids: one image, listed twice
+                raise failing(where)(f"{name!r} is the image of images[{entry_of[image]}] again")
+            entry_of[image] = index
+            out.append((image, captions[image_id]))
     return out
 
 

@@ -21,14 +21,18 @@ Modes become RGB (8 bits per channel) by this rule:
   composited on white: a logo on a transparent background looks as a browser shows it.
 - 16-bit grayscale (I;16, I;16B, I;16L, and I holding 0..65535, as 16-bit PNGs decode) is
   scaled to 8 bits, round(v / 257), so 65535 is 255 and the whole range is kept, never clipped;
-  an I image with values outside 0..65535 is an error.
+  a grey its PNG marks transparent is white; an I image with values outside 0..65535 is an
+  error.
 - Any other mode (F, LAB, HSV, ...) is an ImageError naming it.
 
 Resizing (load_image): the shorter side becomes `size` (the longer one
 size · long // short) with Pillow's antialiased bicubic filter, then the centre size × size
 square is cut out (the first row and column kept are (h − size) // 2 and (w − size) // 2).
-Every image works, a 1 × 1 one included (it is upsampled to a uniform square). Then each
-channel c becomes (pixel / 255 − mean[c]) / std[c], ImageNet's statistics by default.
+Every image works, a 1 × 1 one included (it is upsampled to a uniform square), unless the
+resize would cost more than the input: a long side over MAX_ASPECT (100) times the short side,
+or a resized size over max_pixels, is refused from the header (a 1.6 KB PNG of 1 × 400,000
+would become 224 × 89,600,000 pixels). Then each channel c becomes
+(pixel / 255 − mean[c]) / std[c], ImageNet's statistics by default.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 MAX_PIXELS = 40_000_000  # 40 megapixels: more than any camera photo people caption
 MAX_SIZE = 4096  # the largest square load_image makes
 MAX_FILE_BYTES = 256 * 2**20  # an uncompressed 40-megapixel RGB image is 120 MB
+MAX_ASPECT = 100  # long side / short side: a longer strip keeps under 1% of itself in the crop
 FORMATS = ("PNG", "JPEG", "GIF", "BMP", "TIFF", "WEBP", "PPM")
 _COLOUR = ("1", "L", "P", "RGB", "RGBX", "CMYK", "YCbCr")
 _ALPHA = ("LA", "La", "PA", "RGBA", "RGBa")
@@ -180,9 +185,29 @@ def image_bytes(source: str | Path | bytes, name: str | None = None) -> tuple[by
         raise ImageError(f"{where}: cannot read it ({error.strerror})") from None
 
 
-def _open_checked(data: bytes, where: str, max_pixels: int):
+def _check_resize(width: int, height: int, where: str, size: int, max_pixels: int) -> None:
+    """Refuse, from the header, a picture whose resize would cost more than the limits: the
+    shorter side is scaled to `size` first, so a 1 × 400,000 strip would become 224 ×
+    89,600,000 pixels (gigabytes) although its input is small."""
+    short, long = min(width, height), max(width, height)
+    if long > MAX_ASPECT * short:
+        raise ImageError(
+            f"{where}: {width:,} × {height:,} pixels has an aspect ratio of {long / short:,.0f}:1, "
+            f"more than the limit of {MAX_ASPECT}:1; crop it first; refused before decoding"
+        )
+    scaled = size * (size * long // short)
+    if scaled > max_pixels:
+        raise ImageError(
+            f"{where}: {width:,} × {height:,} pixels would be resized to {scaled:,} pixels "
+            f"(shorter side {size}), more than the limit of {max_pixels:,} (max_pixels); "
+            "refused before decoding"
+        )
+
+
+def _open_checked(data: bytes, where: str, max_pixels: int, size: int | None = None):
     """Open, verify and reopen (verify() leaves the image unusable), refusing too many pixels
-    before a single one is decoded; then decode the first frame."""
+    (and, with `size`, a resize too costly) before a single one is decoded; then decode the
+    first frame."""
     Image, _ = _pil()
     if not data:
         raise ImageError(f"{where}: empty file, not an image")
@@ -195,17 +220,30 @@ def _open_checked(data: bytes, where: str, max_pixels: int):
                 f"{where}: {width:,} × {height:,} pixels ({width * height:,}) is more than the "
                 f"limit of {max_pixels:,} (max_pixels); refused before decoding"
             )
+        if size is not None:
+            _check_resize(width, height, where, size, max_pixels)
         image.verify()
         image = Image.open(io.BytesIO(data), formats=FORMATS)
         image.load()
+    _scale_grey_transparency(image, data)
     return image
 
 
-def _decode(data: bytes, where: str, max_pixels: int):
-    """An upright RGB Pillow image of `data`, or an ImageError naming `where`."""
+def _scale_grey_transparency(image, data: bytes) -> None:
+    """A 2- or 4-bit grey PNG decodes to L scaled to 0..255 (v · 85, v · 17), but Pillow keeps
+    its tRNS grey unscaled, so the transparent grey would match nothing: scale it alike."""
+    depth = data[24] if image.format == "PNG" and len(data) > 24 else 8  # IHDR's bit depth
+    grey = image.info.get("transparency")
+    if image.mode == "L" and depth in (2, 4) and isinstance(grey, int):
+        image.info["transparency"] = grey * (255 // (2**depth - 1))
+
+
+def _decode(data: bytes, where: str, max_pixels: int, size: int | None = None):
+    """An upright RGB Pillow image of `data`, or an ImageError naming `where`; with `size`,
+    one whose resize to that shorter side stays within the limits (_check_resize)."""
     Image, ImageOps = _pil()
     try:
-        image = _open_checked(data, where, max_pixels)
+        image = _open_checked(data, where, max_pixels, size)
         return _to_rgb(ImageOps.exif_transpose(image), where)
     except ImageError:
         raise
@@ -229,7 +267,12 @@ def _to_rgb(image, where: str):
     Image, _ = _pil()
     mode = image.mode
     if mode in _SIXTEEN_BIT:
-        return Image.fromarray(_sixteen_to_eight(np.asarray(image), mode, where)).convert("RGB")
+        values = np.asarray(image)
+        rgb = np.repeat(_sixteen_to_eight(values, mode, where)[..., None], 3, axis=2)
+        grey = image.info.get("transparency")  # a 16-bit PNG's tRNS: this grey is transparent
+        if isinstance(grey, int):
+            rgb[values == grey] = 255  # composited on white, as the other modes are
+        return Image.fromarray(rgb)
     if mode in _ALPHA or (mode in _COLOUR and "transparency" in image.info):
         rgba = image.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -300,7 +343,7 @@ def load_image(
     ImageError naming the file (or `name`, for bytes).
     """
     data, where = image_bytes(source, name)
-    image = _decode(data, where, transform.max_pixels)
+    image = _decode(data, where, transform.max_pixels, transform.size)
     square = _resize_and_crop(image, transform.size)
     return normalize(np.asarray(square, dtype=np.uint8), transform)
 

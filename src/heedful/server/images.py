@@ -16,6 +16,7 @@ import asyncio
 import base64
 import binascii
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -141,15 +142,21 @@ class ImageService:
         )  # fmt: skip
         self.lock = threading.Lock()
 
-    def answer(self, data: bytes, field: str, attention: bool, num_beams: int | None) -> dict:
+    def answer(
+        self, data: bytes, field: str, attention: bool, num_beams: int | None, deadline: float
+    ) -> dict | None:
+        """The answer's JSON, or None when the deadline (time.monotonic()) passed while it
+        waited for the model: its client has had its 504, so the model does not run for it."""
         from heedful.data.images import ImageError, load_image
 
-        try:  # every fault of the picture, named, before the model runs
-            load_image(data, self.transform, f"field {field}")
+        try:  # every fault of the picture, named, before the model runs; decoded once
+            image = load_image(data, self.transform, f"field {field}")
         except ImageError as error:
             raise ApiError(400, str(error)) from None
         with self.lock:
-            [caption] = self.captioner.caption([data], num_beams, need_weights=attention)
+            if time.monotonic() > deadline:  # queued uploads past theirs must not jam the rest
+                return None
+            [caption] = self.captioner.caption([image], num_beams, need_weights=attention)
         answer = {"caption": caption.text, "tokens": caption.tokens, "score": caption.score}
         answer["grid"] = list(caption.grid)
         if attention and caption.attention is not None:
@@ -200,6 +207,21 @@ _REQUEST = {
 }
 
 
+async def _counted_until_done(state, job: tuple):
+    """job[0](*job[1:]) in a thread, counted in /health's in_flight (and against
+    --max-in-flight) until the thread ends, not only until its client's 504: a caption past
+    its deadline still holds the model, and the limits must say so. Run it as a task the
+    request shields: a 504 or a client gone leaves the count to the thread's end."""
+    with in_flight(state):  # a 503 here, at once, when the server is saturated
+        return await asyncio.to_thread(*job)
+
+
+def _retrieved(work: asyncio.Future) -> None:
+    """A caption's late outcome, read: a 400 after its client's 504 is no unhandled error."""
+    if not work.cancelled():
+        work.exception()
+
+
 def add_caption_route(app, states) -> None:
     """POST /caption on a server whose models include an image model (the first one answers);
     nothing on a server of text models."""
@@ -225,11 +247,15 @@ def add_caption_route(app, states) -> None:
         if not services:
             services.append(ImageService(service.translator))
         field = "file" if form else "image"
-        with in_flight(state):
-            work = asyncio.to_thread(services[0].answer, data, field, attention, beams)
-            try:
-                answer = await asyncio.wait_for(work, state.limits.request_timeout)
-            except asyncio.TimeoutError:
-                limit = state.limits.request_timeout
-                raise ApiError(504, f"the caption took longer than {limit:g} s") from None
+        limit = state.limits.request_timeout
+        deadline = time.monotonic() + limit
+        job = (services[0].answer, data, field, attention, beams, deadline)
+        work = asyncio.ensure_future(_counted_until_done(state, job))
+        work.add_done_callback(_retrieved)
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(work), limit)
+        except asyncio.TimeoutError:
+            answer = None
+        if answer is None:  # past its deadline, waiting or running
+            raise ApiError(504, f"the caption took longer than {limit:g} s")
         return JSONResponse(answer)
