@@ -4,10 +4,11 @@
 CASES: each reader (the training data keys through corpus.iter_split, `evaluate --src/--jsonl`,
 `translate -i` and stdin, `translate --prefix`) against each hostile input: a line one byte over
 the limit, a gzip of one huge line, a line of exactly the limit (accepted, with "\\n" and with
-"\\r\\n"), a UTF-8 character or an invalid byte straddling the limit, /dev/zero, a FIFO. The data
-readers and evaluate run with a limit of 64 bytes (data.max_line_bytes, --max-line-bytes);
-translate with its own (16 MiB at least, data/lines.py). DEV_ZERO reads /dev/zero with the
-default limit in a subprocess whose memory is capped by resource.setrlimit.
+"\\r\\n"), a UTF-8 character or an invalid byte straddling the limit, /dev/zero, a FIFO (the
+training keys refuse it before opening it: FIFOS). The data readers and evaluate run with a
+limit of 64 bytes (data.max_line_bytes, --max-line-bytes); translate with its own (16 MiB at
+least, data/lines.py). DEV_ZERO reads /dev/zero with the default limit in a subprocess whose
+memory is capped by resource.setrlimit.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ TRANSLATE = [  # translate's own limit (16 MiB at least), and --prefix
     ("translate-prefix", "fifo", "FIFO", ("--prefix", "a FIFO, not a regular file")),
     ("translate-prefix", "dev-zero", "/dev/zero", ("--prefix", "/dev/zero", *DEVICE)),
 ]  # fmt: skip
+FIFOS = [  # training data is read more than once: a FIFO is refused before it is opened
+    (reader, "fifo", "FIFO", ("a FIFO (named pipe)", "read more than once"))
+    for reader in ("train_src", "train_tsv", "train_jsonl")
+]
 DEV_ZERO = [  # the default limit, in a subprocess that may map only 512 MiB more
     (reader, "dev-zero-default-limit", "/dev/zero", ("line 1", "longer than 16,777,216 bytes"))
     for reader in ("train_src", "train_tsv", "train_jsonl")
@@ -84,12 +89,15 @@ CASES = [
     for reader in READERS
     for name, data, words in rows(READERS[reader][0])
 ] + [
-    pytest.param(r, data, words, id=f"{r}-{name}") for r, name, data, words in TRANSLATE + DEV_ZERO
+    pytest.param(r, data, words, id=f"{r}-{name}")
+    for r, name, data, words in TRANSLATE + FIFOS + DEV_ZERO
 ]
 
 
-def _write(path, data: bytes | None) -> None:
-    if data is None:
+def _write(path, data: bytes | str | None) -> None:
+    if data == "FIFO":
+        os.mkfifo(path)  # nothing ever writes to it
+    elif data is None:
         gzip_of_one_line(path, 32 * 2**20)
     else:
         path.write_bytes(data)
@@ -138,7 +146,7 @@ def _translate(reader: str, data, tmp_path, model_dir) -> str:
 def _read(reader: str, path, tmp_path, model_dir):
     """Read `path` with `reader` at LIMIT: -> (the error text or None, lines read)."""
     form, key = READERS[reader]
-    data = b"" if path.name.endswith("gz") else path.read_bytes()
+    data = b"" if path.name.endswith("gz") or path.is_fifo() else path.read_bytes()
     count = data.count(b"\n") + (not data.endswith(b"\n"))
     if reader.startswith("evaluate"):
         other = tmp_path / "other.txt"

@@ -11,6 +11,7 @@ that looks fine and translates badly. Lines are read by data/lines.py's rules (U
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -202,6 +203,11 @@ def split_files(data, split: str, at: str = "data") -> list[tuple[str, Path]]:
     """(config key, path) of the files a split is read from: one TSV, one JSON Lines file or
     two aligned files. A JSON Lines key names its fields too ("data.train_jsonl[document,
     summary]"): `heedful prepare` fingerprints these keys, so other fields mean preparing again."""
+    return _read_again(_named_files(data, split, at))
+
+
+def _named_files(data, split: str, at: str) -> list[tuple[str, Path]]:
+    """split_files' answer, from the config's keys alone (one form of a split, or an error)."""
     from heedful.config import ConfigError
 
     src, tgt = getattr(data, f"{split}_src"), getattr(data, f"{split}_tgt")
@@ -224,6 +230,24 @@ def split_files(data, split: str, at: str = "data") -> list[tuple[str, Path]]:
             f"{at}.{split}_jsonl) are required"
         )
     return [(f"{at}.{split}_src", Path(src)), (f"{at}.{split}_tgt", Path(tgt))]
+
+
+def _read_again(files: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """Training data is read more than once (the vocabulary, the batches, `prepare`'s passes),
+    so a FIFO or a socket cannot be it: the second reading would find it empty, and opening a
+    FIFO nothing writes to blocks for ever. Refused by name before opening (issue 26)."""
+    for key, path in files:
+        try:
+            mode = path.stat().st_mode
+        except OSError:  # missing or unreadable: the reader says which
+            continue
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket"
+            raise CorpusError(
+                f"{key}: {path} is {kind}, not a file: training data is read more than once "
+                "(the vocabulary, then the batches); write it to a file first"
+            )
+    return files
 
 
 def iter_split(data, split: str, at: str = "data") -> Iterator[tuple[str, str]]:
