@@ -229,11 +229,11 @@ def load_tokenizers(directory: Path, meta: dict) -> tuple[Any, Any]:
 
 
 def _load_tokenizer(path: Path, size_field: str, meta: dict):
-    from heedful.data.tokenizers import load_tokenizer
+    from heedful.data.sources import load_source
 
     regular_file(path)
     try:
-        tokenizer = load_tokenizer(path)
+        tokenizer = load_source(path)
     except (OSError, ValueError) as error:
         message = str(error) if str(path) in str(error) else f"{path}: {error}"
         raise CheckpointError(message) from None

@@ -61,13 +61,19 @@ def check_corpora(data) -> None:
         pair = (corpus.source, corpus.target)
         if pair in seen:
             first = f"data.corpora[{seen[pair]}]"
-            raise ConfigError(f"data.corpora[{i}]: the pair {pair[0]}→{pair[1]} is already "
-                              f"{first}; join their files into one corpus")  # fmt: skip
+            raise ConfigError(
+                f"data.corpora[{i}]: the pair {pair[0]}→{pair[1]} is already "
+                f"{first}; join their files into one corpus"
+            )
         seen[pair] = i
     for key in SPLIT_KEYS:
         if getattr(data, key) is not None:
-            raise ConfigError(f"data.{key}: not read with data.corpora, whose entries name "
-                              "their own files; move it into one of them")  # fmt: skip
+            raise ConfigError(
+                f"data.{key}: not read with data.corpora, whose entries name "
+                "their own files; move it into one of them"
+            )
     if data.prepared is not None:
-        raise ConfigError("data.prepared: heedful prepare does not read data.corpora yet; "
-                          "leave data.prepared out to read the corpora in memory")  # fmt: skip
+        raise ConfigError(
+            "data.prepared: heedful prepare does not read data.corpora yet; "
+            "leave data.prepared out to read the corpora in memory"
+        )

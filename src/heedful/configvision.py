@@ -27,7 +27,7 @@ IMAGE_KEYS = {
         "cnn_layers",
         "attention_penalty",
         "freeze_encoder",
-    ),  # fmt: skip
+    ),
     "vit": ("image_size", "patch_size", "attention_penalty"),
     "torchvision": ("image_size", "encoder_weights", "attention_penalty", "freeze_encoder"),
 }
@@ -102,9 +102,10 @@ def _check_freeze(freeze, kind: str) -> None:
         raise ConfigError(f"model.freeze_encoder: must be true or false, got {freeze!r}")
     if freeze and kind not in ("cnn", "torchvision"):
         why = (
-            "a text model has no image encoder" if kind == "text"
+            "a text model has no image encoder"
+            if kind == "text"
             else "a ViT's patch embedding is its projection to d_model: it has no trunk"
-        )  # fmt: skip
+        )
         raise ConfigError(
             f"model.freeze_encoder: {why}; it freezes the trunk of model.encoder cnn or "
             "torchvision:<name>"

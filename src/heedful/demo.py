@@ -244,24 +244,17 @@ def run_demo(
     train, dev, test = _split(
         demo, train_size or demo.train_size, test_size or demo.test_size, seed
     )
-    src_tok = CharTokenizer.train(s for s, _ in train + dev)
-    tgt_tok = CharTokenizer.train(t for _, t in train + dev)
-    model_config = DEMO_MODELS[model_name]
-    model = build_model(model_config, len(src_tok), len(tgt_tok))
-    n_params = sum(p.numel() for p in model.parameters())
-    echo(
-        f"{task} task: {len(train)} training pairs, {len(test)} held-out; e.g. "
-        f"{train[0][0]!r} -> {train[0][1]!r}"
+    translator = _untrained(task, model_name, train, dev, len(test), echo)
+    config = Config(
+        DataConfig(tokenizer="char"),
+        DEMO_MODELS[model_name],
+        generation=demo.search,
+        train=_train_config(max_steps, max_time, seed),
     )
-    echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
-
-    translator = Translator(model, src_tok, tgt_tok, demo.search)
-    config = Config(DataConfig(tokenizer="char"), model_config, generation=demo.search,
-                    train=_train_config(max_steps, max_time, seed))  # fmt: skip
     result = _train(translator, (train, dev), config, out_dir, progress)
     echo(f"trained {result.steps} steps in {result.seconds:.0f} s (stopped by {result.stopped_by})")
-    echo(f"training log: {out_dir / 'metrics.jsonl'} (draw it: heedful curves {out_dir} --png "
-         f"{out_dir / 'curves.png'})")  # fmt: skip
+    curves = f"heedful curves {out_dir} --png {out_dir / 'curves.png'}"
+    echo(f"training log: {out_dir / 'metrics.jsonl'} (draw it: {curves})")
     accuracy, examples = _score(translator, test, demo.what, echo)
     warning = undertrained_warning(result.stopped_by, accuracy, config.train)
     if warning:
@@ -269,16 +262,43 @@ def run_demo(
     undertrained = accuracy < LOW_EXACT_MATCH
     label = f"UNDERTRAINED, exact match {accuracy:.0%}: " if undertrained else ""
     heatmap = _draw(translator, demo.showcase(test), out_dir, model_name, label, echo)
-    model_dir = save_model_dir(
-        out_dir / f"model-{model_name}", model, model_config, src_tok, tgt_tok, demo.search,
-        demo.languages,
-    )  # fmt: skip
+    model_dir = _save(translator, config.model, demo, out_dir / f"model-{model_name}")
     hint = f' (try: heedful attention {model_dir} "{demo.showcase(test)}" --html viewer.html)'
     echo(f"model: {model_dir}{hint if heatmap.suffix == '.png' else ''}")
     return DemoResult(
-        model_name, accuracy, result.steps, result.seconds, heatmap, examples, model_dir,
-        result.stopped_by, out_dir / "metrics.jsonl", undertrained,
-    )  # fmt: skip
+        model_name,
+        accuracy,
+        result.steps,
+        result.seconds,
+        heatmap,
+        examples,
+        model_dir,
+        result.stopped_by,
+        out_dir / "metrics.jsonl",
+        undertrained,
+    )
+
+
+def _save(translator: Translator, model_config, demo, model_dir: Path) -> Path:
+    """The trained demo model as a model directory that every command reads."""
+    src, tgt = translator.src_tokenizer, translator.tgt_tokenizer
+    search, languages = demo.search, demo.languages
+    return save_model_dir(model_dir, translator.model, model_config, src, tgt, search, languages)
+
+
+def _untrained(task: str, model_name: str, train, dev, test_size: int, echo) -> Translator:
+    """The demo's character vocabularies (from its training and development pairs) and its
+    untrained model, said in two lines of the report."""
+    src_tok = CharTokenizer.train(s for s, _ in train + dev)
+    tgt_tok = CharTokenizer.train(t for _, t in train + dev)
+    model = build_model(DEMO_MODELS[model_name], len(src_tok), len(tgt_tok))
+    n_params = sum(p.numel() for p in model.parameters())
+    echo(
+        f"{task} task: {len(train)} training pairs, {test_size} held-out; e.g. "
+        f"{train[0][0]!r} -> {train[0][1]!r}"
+    )
+    echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
+    return Translator(model, src_tok, tgt_tok, DEMO_TASKS[task].search)
 
 
 def _draw(translator: Translator, source: str, out_dir: Path, model_name: str, label: str, echo):

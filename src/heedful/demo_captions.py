@@ -250,9 +250,14 @@ def _save(captioner: Captioner, test: SceneSet, out_dir: Path, model_name: str, 
     from heedful.checkpoint import save_model_dir
 
     model_dir = save_model_dir(
-        out_dir / f"model-{model_name}", captioner.model, CAPTION_MODELS[model_name],
-        ImageSource(captioner.transform), captioner.tgt_tokenizer, SEARCH, ("image", "en"),
-    )  # fmt: skip
+        out_dir / f"model-{model_name}",
+        captioner.model,
+        CAPTION_MODELS[model_name],
+        ImageSource(captioner.transform),
+        captioner.tgt_tokenizer,
+        SEARCH,
+        ("image", "en"),
+    )
     import matplotlib.pyplot as plt
 
     example = out_dir / "scene.png"
@@ -285,16 +290,29 @@ def run_caption_demo(
     dev = SceneSet(dev_size, seed, split=2)  # a stream of its own, apart from train and test
     captioner = _new_captioner(model_name, train.captions, seed)
     n_params = sum(p.numel() for p in captioner.model.parameters())
-    echo(f"captions task: {n_train} training scenes, {len(test)} held-out; e.g. "
-         f"{train.captions[0]!r}")  # fmt: skip
+    echo(
+        f"captions task: {n_train} training scenes, {len(test)} held-out; e.g. "
+        f"{train.captions[0]!r}"
+    )
     echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
     config = _config(model_name, max_steps, max_time, seed)
     result, dev_score = _train(captioner, train, dev, config, out_dir, progress)
-    echo(f"trained {result.steps} steps in {result.seconds:.0f} s (stopped by "
-         f"{result.stopped_by}); kept the weights best on {len(dev)} dev scenes "
-         f"({dev_score:.1%})")  # fmt: skip
+    echo(
+        f"trained {result.steps} steps in {result.seconds:.0f} s (stopped by "
+        f"{result.stopped_by}); kept the weights best on {len(dev)} dev scenes "
+        f"({dev_score:.1%})"
+    )
     accuracy, bleu, examples = _score(captioner, test, echo)
     overlay = _draw(captioner, test, out_dir, model_name, echo)
     model_dir = _save(captioner, test, out_dir, model_name, echo)
-    return CaptionDemoResult(model_name, accuracy, bleu, result.steps, result.seconds, overlay,
-                             examples, model_dir, result.stopped_by)  # fmt: skip
+    return CaptionDemoResult(
+        model_name,
+        accuracy,
+        bleu,
+        result.steps,
+        result.seconds,
+        overlay,
+        examples,
+        model_dir,
+        result.stopped_by,
+    )

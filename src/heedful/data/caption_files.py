@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from heedful.data.corpus import CorpusError, _json_type, iter_lines
+from heedful.data.corpus import CorpusError, iter_lines, json_type
 
 FORMATS = ("flickr", "coco")
 CSV_HEADER = ("image_name", "comment_number", "comment")
@@ -161,14 +161,14 @@ def read_flickr(path: str | Path, image_dir: str | Path, key: str) -> list[tuple
 def _field(record, field: str, kind: type, fail):
     """record[field] of `kind` (int means a whole number, never true/false)."""
     if not isinstance(record, dict):
-        raise fail(f"expected an object, got {_json_type(record)}")
+        raise fail(f"expected an object, got {json_type(record)}")
     if field not in record:
         have = ", ".join(repr(k) for k in list(record)[:8]) or "none"
         raise fail(f"no field {field!r}; the object's fields: {have}")
     value = record[field]
     if not isinstance(value, kind) or isinstance(value, bool):
         wanted = {int: "a whole number", str: "a string", list: "an array"}[kind]
-        raise fail(f"field {field!r} must be {wanted}, got {_json_type(value)}")
+        raise fail(f"field {field!r} must be {wanted}, got {json_type(value)}")
     return value
 
 

@@ -82,7 +82,7 @@ def read_tsv(path: str | Path, key: str, limit: LineLimit = DEFAULT_LIMIT) -> li
     return list(iter_tsv(path, key, limit))
 
 
-def _json_type(value) -> str:
+def json_type(value) -> str:
     """The JSON name of a parsed value's type, for messages."""
     names = {bool: "true or false", int: "a number", float: "a number", str: "a string",
              list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
@@ -123,7 +123,7 @@ class _JSONLine:
                 raise
             raise self.fail(f"invalid JSON: {error}") from None
         if not isinstance(value, dict):
-            raise self.fail(f"expected a JSON object, got {_json_type(value)}")
+            raise self.fail(f"expected a JSON object, got {json_type(value)}")
         return value
 
     def text(self, record: dict, field: str, key: str) -> str:
@@ -134,7 +134,7 @@ class _JSONLine:
             raise self.fail(f"no field {field!r} ({key}); the object's fields: {have}")
         value = record[field]
         if not isinstance(value, str):
-            raise self.fail(f"field {field!r} ({key}) must be a string, got {_json_type(value)}")
+            raise self.fail(f"field {field!r} ({key}) must be a string, got {json_type(value)}")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as error:
@@ -218,8 +218,9 @@ def _named_files(data, split: str, at: str) -> list[tuple[str, Path]]:
         if src is not None or tgt is not None:
             others.append(f"{at}.{split}_src/_tgt")
         if others:
-            raise ConfigError(f"{at}.{split}_{given[0]} and {', '.join(others)} are exclusive: "
-                              "give one")  # fmt: skip
+            raise ConfigError(
+                f"{at}.{split}_{given[0]} and {', '.join(others)} are exclusive: give one"
+            )
         if given[0] == "jsonl":
             fields = f"[{data.jsonl_src_field},{data.jsonl_tgt_field}]"
             return [(f"{at}.{split}_jsonl{fields}", Path(single["jsonl"]))]

@@ -61,8 +61,9 @@ def weights_hash(encoder: torch.nn.Module) -> str:
 def cache_key(encoder: torch.nn.Module, transform: ImageTransform) -> str:
     """The folder name under the cache directory: one per (encoder, preprocessing)."""
     pixels = {k: v for k, v in transform.to_dict().items() if k != "max_pixels"}  # no effect
-    text = json.dumps({"format": FORMAT, "encoder": weights_hash(encoder), "transform": pixels},
-                      sort_keys=True)  # fmt: skip
+    text = json.dumps(
+        {"format": FORMAT, "encoder": weights_hash(encoder), "transform": pixels}, sort_keys=True
+    )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 

@@ -54,7 +54,8 @@ def generate_headlines(n: int, seed: int) -> list[tuple[str, str]]:
 def write_jsonl(path: str | Path, pairs: Iterable[tuple[str, str]]) -> Path:
     """The pairs as JSON Lines with Gigaword's field names, `document` and `summary`."""
     path = Path(path)
-    rows = (json.dumps({"document": s, "summary": t, "id": str(i)}) for i, (s, t) in
-            enumerate(pairs))  # fmt: skip
+    rows = (
+        json.dumps({"document": s, "summary": t, "id": str(i)}) for i, (s, t) in enumerate(pairs)
+    )
     path.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
     return path

@@ -73,8 +73,10 @@ def read_corpus(data, index: int, split: str) -> list[tuple[str, str]]:
                 )
         pairs.append((src, tgt))
     if not pairs:
-        raise CorpusError(f"{split_source(corpus, split, at)}: empty, no sentence pairs; the "
-                          f"{split} split needs at least one line")  # fmt: skip
+        raise CorpusError(
+            f"{split_source(corpus, split, at)}: empty, no sentence pairs; the "
+            f"{split} split needs at least one line"
+        )
     sources = tagged([s for s, _ in pairs], corpus.target)
     return [(s, t) for s, (_, t) in zip(sources, pairs)]
 

@@ -314,12 +314,14 @@ def train_tokenizers(
     return train(src_texts, symbols), train(tgt_texts)
 
 
-def load_tokenizer(path: str | Path) -> Tokenizer:
+def load_tokenizer(path: str | Path, other_kinds: dict | None = None) -> Tokenizer:
     """Read a file written by either tokenizer's save(), whichever kind it holds.
 
     The files describe themselves: a character tokenizer is JSON with "kind": "char", a
     SentencePiece tokenizer is the binary .model file (a protobuf, which never parses as JSON).
-    So JSON is tried first and anything else is read as a SentencePiece model.
+    So JSON is tried first and anything else is read as a SentencePiece model. other_kinds:
+    {kind: from_json(data, path)} for JSON files of other kinds that sit in a tokenizer's
+    place (data/sources.py: an image model's transform), so this module needs none of them.
     """
     data = _read_file(path)
     try:
@@ -327,10 +329,11 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         pass
     else:
-        if isinstance(parsed, dict) and parsed.get("kind") == "image":  # an image model's
-            from heedful.data.image_pairs import ImageSource  # (the ImageTransform it reads)
-
-            return ImageSource.from_json(parsed, path)
+        kind = parsed.get("kind") if isinstance(parsed, dict) else None
+        if kind in (other_kinds or {}):
+            return other_kinds[kind](parsed, path)
+        if kind == "image":
+            raise ValueError(f"{path}: an image model's source (kind 'image'), not a tokenizer")
         return CharTokenizer.from_json(parsed, path)
     if spm_model.processor(data) is None:
         raise ValueError(

@@ -59,9 +59,17 @@ def _image_encoder(c: ModelConfig, width: int) -> nn.Module:
         )
     if c.encoder == "vit":
         return vision.ViTEncoder(
-            c.image_size, c.patch_size, width, c.num_heads, c.encoder_layers, c.d_ff, c.dropout,
-            c.norm == "pre", c.positional, c.attention_dropout,
-        )  # fmt: skip
+            c.image_size,
+            c.patch_size,
+            width,
+            c.num_heads,
+            c.encoder_layers,
+            c.d_ff,
+            c.dropout,
+            c.norm == "pre",
+            c.positional,
+            c.attention_dropout,
+        )
     trunk, channels = vision.torchvision_trunk(c.encoder.removeprefix("torchvision:"))
     return vision.BackboneEncoder(trunk, channels, width)  # weights: experiment, not here
 
@@ -72,18 +80,34 @@ def _captioner(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> nn.Module:
 
     if c.arch == "transformer":
         return ImageTransformer(
-            _image_encoder(c, c.d_model), tgt_vocab_size, c.attention_penalty,
-            d_model=c.d_model, num_heads=c.num_heads, decoder_layers=c.decoder_layers,
-            d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
-            norm_first=c.norm == "pre", positional=c.positional,
-            max_positions=c.max_positions, tie_embeddings=c.tie_embeddings, pad_id=pad_id,
-        )  # fmt: skip
+            _image_encoder(c, c.d_model),
+            tgt_vocab_size,
+            c.attention_penalty,
+            d_model=c.d_model,
+            num_heads=c.num_heads,
+            decoder_layers=c.decoder_layers,
+            d_ff=c.d_ff,
+            dropout=c.dropout,
+            attention_dropout=c.attention_dropout,
+            norm_first=c.norm == "pre",
+            positional=c.positional,
+            max_positions=c.max_positions,
+            tie_embeddings=c.tie_embeddings,
+            pad_id=pad_id,
+        )
     return ImageRNN(
-        _image_encoder(c, c.hidden_size), tgt_vocab_size, c.attention_penalty,
-        embed_size=c.d_model, hidden_size=c.hidden_size, cell=c.rnn_cell,
-        num_layers=c.rnn_layers, attention=c.attention, input_feeding=c.input_feeding,
-        dropout=c.dropout, pad_id=pad_id,
-    )  # fmt: skip
+        _image_encoder(c, c.hidden_size),
+        tgt_vocab_size,
+        c.attention_penalty,
+        embed_size=c.d_model,
+        hidden_size=c.hidden_size,
+        cell=c.rnn_cell,
+        num_layers=c.rnn_layers,
+        attention=c.attention,
+        input_feeding=c.input_feeding,
+        dropout=c.dropout,
+        pad_id=pad_id,
+    )
 
 
 def build_model(

@@ -173,12 +173,14 @@ class ViTEncoder(nn.Module):
             table = sinusoidal_encoding_2d(side, side, d_model)
             self.register_buffer("positions", table, persistent=False)
         self.dropout = nn.Dropout(dropout)
-        self.layers = self.stack(d_model, num_layers, num_heads, d_ff, dropout, norm_first,
-                                 attention_dropout)  # fmt: skip
+        self.layers = self.stack(
+            d_model, num_layers, num_heads, d_ff, dropout, norm_first, attention_dropout
+        )
 
     @staticmethod
-    def stack(d_model, num_layers, num_heads, d_ff, dropout=0.0, norm_first=True,
-              attention_dropout=0.0) -> nn.ModuleList:  # fmt: skip
+    def stack(
+        d_model, num_layers, num_heads, d_ff, dropout=0.0, norm_first=True, attention_dropout=0.0
+    ) -> nn.ModuleList:
         """The Transformer's own EncoderLayers; a pre-norm stack ends with a LayerNorm."""
         layer = (d_model, num_heads, d_ff, dropout, norm_first, attention_dropout)
         layers = [EncoderLayer(*layer) for _ in range(num_layers)]

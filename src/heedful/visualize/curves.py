@@ -62,8 +62,14 @@ def _panel(ax, title: str, key: str, validation: bool, runs: list[list[dict]]) -
     for i, records in enumerate(runs):
         steps, values = _series(records, key, validation)
         if steps:
-            ax.plot(steps, values, color=f"C{i % 10}", marker="o" if validation else None,
-                    markersize=3, linewidth=1.2)  # fmt: skip
+            ax.plot(
+                steps,
+                values,
+                color=f"C{i % 10}",
+                marker="o" if validation else None,
+                markersize=3,
+                linewidth=1.2,
+            )
             drawn = True
     if not drawn:
         ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes)

@@ -114,8 +114,21 @@ def _recompute(captured, kind: str, head: int, query: int, d_k: int, keys: list[
         allowed[query + 1 :] = False  # causal: position t may not look at j > t
     weights = torch.softmax((raw / math.sqrt(d_k)).masked_fill(~allowed, float("-inf")), dim=0)
     model_context = captured["w_o"][0][0, query, cols].double()  # the heads, concatenated
-    return _Head(head, query, d_k, keys[: len(raw)], captured, allowed, q, k, v, raw,
-                 weights, weights @ v, model_context)  # fmt: skip
+    return _Head(
+        head,
+        query,
+        d_k,
+        keys[: len(raw)],
+        captured,
+        allowed,
+        q,
+        k,
+        v,
+        raw,
+        weights,
+        weights @ v,
+        model_context,
+    )
 
 
 def _input_section(model, kind: str, li: int, h: _Head, read: list[str]) -> Section:
@@ -125,12 +138,16 @@ def _input_section(model, kind: str, li: int, h: _Head, read: list[str]) -> Sect
     embed = model.src_embed if kind == "encoder" else model.tgt_embed
     if li == 0:
         title = "1. The layer's input x: embeddings + positional encoding"
-        what = (f"x_j = embedding(token_j) · √d_model (√{embed.tokens.embedding_dim} = "
-                f"{embed.scale:.2f}) + PE(j)")  # fmt: skip
+        what = (
+            f"x_j = embedding(token_j) · √d_model (√{embed.tokens.embedding_dim} = "
+            f"{embed.scale:.2f}) + PE(j)"
+        )
     else:
         title = f"1. The layer's input x: the output of {stack} layer {li}"
-        what = (f"x = the output of {stack} layer {li} (only layer 1 reads embeddings + "
-                "positional encoding; each later layer reads the one before it)")  # fmt: skip
+        what = (
+            f"x = the output of {stack} layer {li} (only layer 1 reads embeddings + "
+            "positional encoding; each later layer reads the one before it)"
+        )
     lines = [f"{what}; shape {tuple(x.shape)}", f"{at('x', read, h.query)} = {vec(x[h.query])}"]
     name, meaning = _what_q_reads(kind, _norm_first(model))
     if name != "x":
@@ -187,9 +204,13 @@ def _score_sections(h: _Head, mha) -> list[Section]:
     """Steps 3-6: scores, scaling and mask, softmax, weighted sum of the values."""
     scale, hidden = math.sqrt(h.d_k), int((~h.allowed).sum())
     mask_line = (
-        [f"masked: the {hidden} future positions j > {h.query + 1} (the causal mask: the "
-         "decoder may not look ahead) get −∞, so exp(−∞) = 0"] if hidden else []
-    )  # fmt: skip
+        [
+            f"masked: the {hidden} future positions j > {h.query + 1} (the causal mask: the "
+            "decoder may not look ahead) get −∞, so exp(−∞) = 0"
+        ]
+        if hidden
+        else []
+    )
     keep = [j for j in range(len(h.keys)) if h.allowed[j]]
     parts = [f"{float(h.weights[j]):.4f} × {vec(h.v[j], 4)}" for j in keep]
     return [
@@ -205,7 +226,7 @@ def _score_sections(h: _Head, mha) -> list[Section]:
                 *_masked(h, h.weights, "{:.4f}", "0       (masked)"),
                 f"  sum = {float(h.weights.sum()):.4f}",
             ],
-        ),  # fmt: skip
+        ),
         Section(
             "6. Weighted sum of V → this head's output",
             [
@@ -243,8 +264,9 @@ def _explain_transformer(translator, out: Output, kind, chosen, position) -> Exp
         _input_section(model, kind, li, h, read),
         _projection_section(kind, h, mha, q_reads),
     ]
-    return Explanation(heading, sections + _score_sections(h, mha), h.weights, h.keys,
-                       h.context, h.model_context)  # fmt: skip
+    return Explanation(
+        heading, sections + _score_sections(h, mha), h.weights, h.keys, h.context, h.model_context
+    )
 
 
 def explain(

@@ -76,7 +76,7 @@ def _rnn_sections(translator, out: Output, ti: int, maps, states, top: int) -> l
                 *rows(labels, [f"{v:.4f}" for v in weights.tolist()]),
                 f"  sum = {float(weights.sum()):.4f}",
             ],
-        ),  # fmt: skip
+        ),
         Section(
             "5. Context c_t = Σ_s a_t(s) h̄_s",
             [f"c_t = {vec(context)}", f"check: Σ a·h̄ = {vec(weights @ states)}"],
@@ -126,5 +126,6 @@ def explain_rnn(translator, out: Output, position: int, top: int) -> Explanation
     )
     sections = _rnn_sections(translator, out, ti, maps, states, top)
     weights, context = maps.cross[0, 0, 0, ti].double(), maps.contexts[0, ti].double()
-    return Explanation(heading, sections, weights, list(out.source_tokens),
-                       weights @ states.double(), context)  # fmt: skip
+    return Explanation(
+        heading, sections, weights, list(out.source_tokens), weights @ states.double(), context
+    )

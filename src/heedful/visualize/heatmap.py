@@ -64,8 +64,9 @@ def _ticks(ax, rows: Sequence[str], cols: Sequence[str], fy: _Fit, fx: _Fit, x=T
     ax.set_xticks(range(0, len(cols), fx.step))
     ax.set_yticks(range(0, len(rows), fy.step))
     if x:
-        ax.set_xticklabels([_label(t) for t in cols[:: fx.step]], fontsize=fx.font,
-                           rotation=0 if upright else 90)  # fmt: skip
+        ax.set_xticklabels(
+            [_label(t) for t in cols[:: fx.step]], fontsize=fx.font, rotation=0 if upright else 90
+        )
     else:
         ax.tick_params(labelbottom=False)
     if y:
@@ -180,10 +181,26 @@ def _trace_maps(trace: Trace, kind: str, hypothesis: int) -> _Maps:
     own = trace.encoder_self_attention if kind == "encoder" else hyp.decoder_self_attention
     weights = np.asarray(own, dtype=float)  # (L, H, S, S) or (L, H, T, T)
     if kind == "encoder":
-        return _Maps(weights, src, src, "source (query)", "source (key)", "encoder",
-                     "encoder self-attention", rnn)  # fmt: skip
-    return _Maps(weights, out, out, "output (query)", "output (key)", "decoder",
-                 "decoder self-attention", rnn)  # fmt: skip
+        return _Maps(
+            weights,
+            src,
+            src,
+            "source (query)",
+            "source (key)",
+            "encoder",
+            "encoder self-attention",
+            rnn,
+        )
+    return _Maps(
+        weights,
+        out,
+        out,
+        "output (query)",
+        "output (key)",
+        "decoder",
+        "decoder self-attention",
+        rnn,
+    )
 
 
 def _trace_title(trace: Trace, hypothesis: int) -> str:
@@ -228,8 +245,14 @@ def _grid_figure(maps: _Maps, layers: list[int], title: str):
         for h in range(num_heads):
             left, bottom = h * (panel_w + gap), (len(layers) - 1 - r) * (panel_h + gap)
             ax = fig.add_axes((left / width, bottom / height, panel_w / width, panel_h / height))
-            image = ax.imshow(maps.weights[layer - 1, h], cmap=CMAP, vmin=0, vmax=1,
-                              aspect="auto", interpolation="nearest")  # fmt: skip
+            image = ax.imshow(
+                maps.weights[layer - 1, h],
+                cmap=CMAP,
+                vmin=0,
+                vmax=1,
+                aspect="auto",
+                interpolation="nearest",
+            )
             _ticks(ax, rows, cols, fy, fx, x=r == len(layers) - 1, y=h == 0)
             if maps.rnn:  # one distribution per step: no layer or head to name
                 ax.set_title(RNN_PANEL, fontsize=9)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+DECIMALS = 5  # a trace's rounding: small files, and still 1e-5 from the model's numbers
 # Numbers of internals a trace may hold (all hypotheses together), about 1 MB of JSON: a
 # d_model 64, 2+2-layer Transformer keeps them for 40 source and 40 output tokens (97,280, of
 # which 51,200 the drawn encoder block).
@@ -151,19 +152,21 @@ def block_internals(captured: dict, model: nn.Module, decimals: int) -> dict:
     s, d = tokens.shape
     zeros = torch.zeros(1, pe_positions(config, s), d, device=tokens.device, dtype=tokens.dtype)
     layers = [
-        {name: _rounded(captured[("block", i, name)][0][0], decimals) for name in BLOCK_TENSORS}
+        {name: rounded(captured[("block", i, name)][0][0], decimals) for name in BLOCK_TENSORS}
         for i in range(len(model.encoder_layers))
     ]
     return {
         "norm": "pre" if config.norm == "pre" else "post",
         "scale": round(model.src_embed.scale, 12),
-        "tokens": _rounded(tokens, decimals),
-        "positional": _rounded(model.src_embed.positions(zeros)[0], decimals),
+        "tokens": rounded(tokens, decimals),
+        "positional": rounded(model.src_embed.positions(zeros)[0], decimals),
         "layers": layers,
     }
 
 
-def _rounded(x: torch.Tensor | None, decimals: int) -> list | None:
+def rounded(x: torch.Tensor | None, decimals: int = DECIMALS) -> list | None:
+    """Nested lists of floats rounded to `decimals` (float64 first, so they print short): how
+    every number of a trace is written."""
     return None if x is None else x.double().round(decimals=decimals).tolist()
 
 
@@ -174,7 +177,7 @@ def transformer_internals(captured: dict, decimals: int) -> tuple[dict, dict]:
 
     def stack(kind, name):  # per layer (1, H, len, d_k) -> (L, H, len, d_k)
         layers = sorted(layer for k, layer, n in captured if k == kind and n == name)
-        return _rounded(torch.cat([captured[(kind, i, name)][0] for i in layers]), decimals)
+        return rounded(torch.cat([captured[(kind, i, name)][0] for i in layers]), decimals)
 
     shared = {
         "encoder": {name: stack("encoder", name) for name in ("q", "k", "v")},
@@ -222,14 +225,14 @@ def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tupl
     attentional = torch.tanh(torch.cat(captured["combine"], dim=1)[0])  # (T, N)
     decoder_inputs = torch.cat(captured["decoder_inputs"], dim=1)[0]  # (T, E)
     reads = "embedding, attentional" if model.decoder.input_feeding else "embedding"
-    shared = {"encoder_states": _rounded(states, decimals), "score_keys": None, "score_v": None}
-    shared["encoder_inputs"] = _rounded(captured["encoder_inputs"][0][0], decimals)  # (S, E)
+    shared = {"encoder_states": rounded(states, decimals), "score_keys": None, "score_v": None}
+    shared["encoder_inputs"] = rounded(captured["encoder_inputs"][0][0], decimals)  # (S, E)
     shared["decoder_reads"] = reads  # with input feeding, h̃_{t-1} too (zeros at t = 1)
-    own = {"attentional": _rounded(attentional, decimals), "score_queries": None}
-    own["decoder_inputs"] = _rounded(decoder_inputs, decimals)
+    own = {"attentional": rounded(attentional, decimals), "score_queries": None}
+    own["decoder_inputs"] = rounded(decoder_inputs, decimals)
     if model.decoder.attention is not None:
         parts = _score_parts(model.decoder.attention, states, maps.decoder_states[0])
-        keys, queries, v = (_rounded(p, decimals) for p in parts)
+        keys, queries, v = (rounded(p, decimals) for p in parts)
         shared.update(score_keys=keys, score_v=v)
         own["score_queries"] = queries
     return shared, own

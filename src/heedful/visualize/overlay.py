@@ -111,9 +111,11 @@ def overlay_figure(
     rows = math.ceil(len(words) / columns)
     aspect = height / width
     fig, axes = plt.subplots(
-        rows, columns, squeeze=False,
+        rows,
+        columns,
+        squeeze=False,
         figsize=(PANEL_INCHES * columns, PANEL_INCHES * aspect * rows + 0.4 * rows),
-    )  # fmt: skip
+    )
     for ax in axes.flat[len(words) :]:
         ax.set_visible(False)
     for ax, word, grid in zip(axes.flat, words, attention):

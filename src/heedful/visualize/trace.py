@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
 from heedful.safejson import dumps
 from heedful.visualize.internals import (
+    DECIMALS,  # the schema's rounding; also read from here (hf/words.py, trace_image.py)
     INTERNALS_MAX_NUMBERS,
     block_internals,
     internals_size,
     recording,
     rnn_internals,
+    rounded,
     transformer_internals,
 )
 from heedful.visualize.trace_check import (  # check_index, check_kind: their old home
@@ -36,7 +38,6 @@ from heedful.visualize.trace_size import TOP_K, estimated_json_bytes  # noqa: F4
 if TYPE_CHECKING:
     import torch  # building a trace needs it, reading one does not: imported where it builds
 
-DECIMALS = 5  # the schema's rounding: small files, and still 1e-5 from the model's numbers
 ONLY_WHEN_USED = ("sampled", "members")  # hypothesis keys written only when not None
 
 
@@ -166,11 +167,6 @@ def _check_keys(data: Any, expected: set[str], optional: set[str], where: str) -
 # ---- building a trace: Translator.search, then .replay (teacher forcing) per hypothesis ----
 
 
-def _rounded(x: torch.Tensor | None) -> list | None:
-    """Nested lists of floats rounded to DECIMALS (float64 first, so they print short)."""
-    return None if x is None else x.double().round(decimals=DECIMALS).tolist()
-
-
 def model_info(config) -> dict:
     """The trace's "model": its family and the layers × heads its attention maps have."""
     if config.arch == "rnn":
@@ -221,16 +217,16 @@ def _rnn_parts(maps) -> dict:
     only h_t, one with local attention also the p_t its windows centre on, a copying one p_gen."""
     attends = maps.cross is not None
     parts = {k: getattr(maps, k) for k in ("centers", "p_gen")}  # (B, T) each, or None
-    extra = {k: _rounded(v[0]) for k, v in parts.items() if v is not None}
+    extra = {k: rounded(v[0]) for k, v in parts.items() if v is not None}
     return {
-        "decoder_states": _rounded(maps.decoder_states[0]),  # (T, N)
-        "contexts": _rounded(maps.contexts[0]) if attends else None,  # (T, N)
-        "scores": _rounded(maps.scores[0, 0, 0]) if attends else None,  # (T, S)
+        "decoder_states": rounded(maps.decoder_states[0]),  # (T, N)
+        "contexts": rounded(maps.contexts[0]) if attends else None,  # (T, N)
+        "scores": rounded(maps.scores[0, 0, 0]) if attends else None,  # (T, S)
         **extra,
     }
 
 
-def _replayed(translator, src, hyp, top_k: int, internals: bool, first: bool, sampling=None):
+def replayed(translator, src, hyp, top_k: int, internals: bool, first: bool, sampling=None):
     """A hypothesis with what the model computed at each of its steps (Translator.replay);
     with `sampling`, the distributions its tokens were drawn from.
 
@@ -259,8 +255,8 @@ def _replayed(translator, src, hyp, top_k: int, internals: bool, first: bool, sa
         tokens=[tgt_tok.id_to_token(i) for i in hyp.tokens] + ([EOS] if hyp.finished else []),
         score=round(hyp.score, DECIMALS),
         finished=hyp.finished,
-        cross_attention=_rounded(cross),
-        decoder_self_attention=_rounded(decoder),
+        cross_attention=rounded(cross),
+        decoder_self_attention=rounded(decoder),
         top_k=_top_k(log_probs, top_k, tgt_tok, hyp.produced(EOS_ID)),
         rnn=_rnn_parts(maps) if translator.config.arch == "rnn" else None,
         internals=own,
@@ -287,7 +283,7 @@ def _members(model, src, hyp) -> list[dict] | None:
     tgt_in = torch.tensor([hyp.decoder_input(BOS_ID, EOS_ID)], device=src.device)
     outputs = model.member_outputs(src, tgt_in, need_weights=True)
     return [
-        {"model": model_info(m.config), "cross_attention": _rounded(_cross(o.attention))}
+        {"model": model_info(m.config), "cross_attention": rounded(_cross(o.attention))}
         for m, o in zip(model.members, outputs)
     ]
 
@@ -359,7 +355,7 @@ def build_trace(
         internals = small and not hf_model
     with torch.no_grad():
         traced = [
-            _replayed(translator, src, h, top_k, internals, i == 0, drawn)
+            replayed(translator, src, h, top_k, internals, i == 0, drawn)
             for i, h in enumerate(hyps)
         ]
     return Trace(
@@ -367,7 +363,7 @@ def build_trace(
         source=sentence,
         source_tokens=source_tokens,
         search=search,
-        encoder_self_attention=_rounded(traced[0][1]),
+        encoder_self_attention=rounded(traced[0][1]),
         hypotheses=[h for h, _, _ in traced],
         internals=traced[0][2],
     )

@@ -123,8 +123,10 @@ def check_trace(data: dict) -> None:
         c.fail("model.arch", f"must be one of {', '.join(ARCHS)}, got {_shown(arch)}")
     if model.get("attention") not in ATTENTIONS:
         c.fail("model.attention", f"must be one of {', '.join(ATTENTIONS)}")
-    enc, dec, heads = (c.count(model.get(k), f"model.{k}", 4096) for k in
-                       ("encoder_layers", "decoder_layers", "heads"))  # fmt: skip
+    enc, dec, heads = (
+        c.count(model.get(k), f"model.{k}", 4096)
+        for k in ("encoder_layers", "decoder_layers", "heads")
+    )
     c.kind(data["source"], str, "source", "text")
     tokens = c.kind(data["source_tokens"], list, "source_tokens", "a list of tokens")
     for i, token in enumerate(tokens):
@@ -133,8 +135,12 @@ def check_trace(data: dict) -> None:
     search = c.kind(data["search"], dict, "search", "an object")
     c.count(search.get("num_beams"), "search.num_beams", 1024)
     c.number(search.get("length_penalty"), "search.length_penalty")
-    c.optional_array(data["encoder_self_attention"], [(enc, "L_enc"), (heads, "H"), (s, "S"),
-                     (s, "S")], "encoder_self_attention", weights=True)  # fmt: skip
+    c.optional_array(
+        data["encoder_self_attention"],
+        [(enc, "L_enc"), (heads, "H"), (s, "S"), (s, "S")],
+        "encoder_self_attention",
+        weights=True,
+    )
     c.kind(data.get("internals"), (dict, type(None)), "internals", "an object or null")
     c.numbers_within(data.get("internals"), "internals")
     for i, hypothesis in enumerate(data["hypotheses"]):
@@ -152,8 +158,10 @@ def _check_image(c: _Checker, image: Any, s: int) -> None:
         c.fail("image", "must have exactly the keys data_uri, grid and rollout")
     uri = c.kind(image["data_uri"], str, "image.data_uri", "text")
     if len(uri) > MAX_IMAGE_URI_CHARS:
-        c.fail("image.data_uri", f"{len(uri):,} characters, over the {MAX_IMAGE_URI_CHARS:,} "
-               "a trace's picture may have")  # fmt: skip
+        c.fail(
+            "image.data_uri",
+            f"{len(uri):,} characters, over the {MAX_IMAGE_URI_CHARS:,} a trace's picture may have",
+        )
     prefix = next((p for p in IMAGE_URI_PREFIXES if uri.startswith(p)), None)
     payload = uri[len(prefix) :] if prefix else ""
     if prefix is None or not payload or not _BASE64.fullmatch(payload):
@@ -214,8 +222,11 @@ def _check_candidates(c: _Checker, steps: Any, where: str, t: int) -> None:
 def _check_rnn(c: _Checker, rnn: Any, where: str, t: int, s: int) -> None:
     c.kind(rnn, dict, where, "an object or null")
     if set(rnn) - {"centers", "p_gen"} != {"decoder_states", "contexts", "scores"}:
-        c.fail(where, "must have exactly the keys decoder_states, contexts and scores (and "
-               "centers with local attention, p_gen with copy)")  # fmt: skip
+        c.fail(
+            where,
+            "must have exactly the keys decoder_states, contexts and scores (and "
+            "centers with local attention, p_gen with copy)",
+        )
     if "centers" in rnn:  # p_t of Luong's local attention, a source position
         c.array(rnn["centers"], [(t, "T")], f"{where}.centers")
     if "p_gen" in rnn:  # the pointer-generator's probability of generating: in [0, 1]

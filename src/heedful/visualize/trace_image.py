@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from heedful.visualize.internals import rounded
 from heedful.visualize.rollout import attention_rollout
-from heedful.visualize.trace import DECIMALS, Trace, _replayed, _rounded, model_info
+from heedful.visualize.trace import DECIMALS, Trace, model_info, replayed
 from heedful.visualize.trace_check import MAX_IMAGE_URI_CHARS
 from heedful.visualize.trace_size import TOP_K
 
@@ -96,7 +97,7 @@ def build_image_trace(
     pixels = seen_pixels(source)
     [hyps] = searcher.search(images, num_beams, n_best, length_penalty=length_penalty)
     with torch.no_grad():
-        traced = [_replayed(searcher, images, h, top_k, False, i == 0) for i, h in enumerate(hyps)]
+        traced = [replayed(searcher, images, h, top_k, False, i == 0) for i, h in enumerate(hyps)]
     encoder = traced[0][1]  # (L, H, S, S) of a ViT, else None
     grid = captioner.grid()
     model = {**model_info(captioner.config), "encoder": captioner.config.encoder}
@@ -109,7 +110,7 @@ def build_image_trace(
         source=_source_name(source),
         source_tokens=region_labels(grid),
         search={"num_beams": num_beams, "length_penalty": length_penalty},
-        encoder_self_attention=_rounded(encoder),
+        encoder_self_attention=rounded(encoder),
         hypotheses=[h for h, _, _ in traced],
         image={"data_uri": png_data_uri(pixels), "grid": list(grid), "rollout": rollout},
     )
