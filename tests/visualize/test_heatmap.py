@@ -166,3 +166,19 @@ def test_an_rnn_grid_says_it_has_one_attention():
     texts = [panel.get_title(), panel.get_ylabel(), fig._suptitle.get_text()]
     assert not any("head 1" in t or "layer 1" in t for t in texts)
     plt.close(fig)
+
+
+def test_decoder_self_attention_keys_are_what_each_position_reads():
+    """Position t reads y_{t-1} (<s> first) and predicts y_t: keys are labelled by what they
+    read, as `heedful explain` labels them; queries by both (issue 28)."""
+    trace = model_trace("transformer")
+    tokens = trace.hypotheses[0].tokens
+    fig = _trace_figure(trace, kind="decoder", layer=1, head=1)
+    ax = fig.axes[0]
+    keys = [t.get_text() for t in ax.get_xticklabels()]
+    queries = [t.get_text() for t in ax.get_yticklabels()]
+    assert keys == ["<s>", *tokens[:-1]]
+    assert queries == [f"{r}→{t}" for r, t in zip(["<s>", *tokens[:-1]], tokens)]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

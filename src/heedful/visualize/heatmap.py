@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from heedful.data.tokenizers import BOS
 from heedful.visualize.figures import image_path, pyplot, save
 from heedful.visualize.trace import Trace, check_index, check_kind
 
@@ -191,12 +192,14 @@ def _trace_maps(trace: Trace, kind: str, hypothesis: int) -> _Maps:
             "encoder self-attention",
             rnn,
         )
+    reads = [BOS, *out[:-1]]  # position t reads y_{t-1} and predicts y_t: keys by what they read
+    queries = [f"{r}→{t}" for r, t in zip(reads, out)]  # (a space would show as ␣)
     return _Maps(
         weights,
-        out,
-        out,
-        "output (query)",
-        "output (key)",
+        queries,
+        reads,
+        "output (query: reads → predicts)",
+        "key (the token it reads)",
         "decoder",
         "decoder self-attention",
         rnn,

@@ -61,7 +61,8 @@ function headInternals(kind, layer, head) {
   if (kind === "dec") {
     const d = own.decoder;
     return d && { q: d.q[layer][head], k: d.k[layer][head], v: d.v[layer][head],
-      weights: h.decoder_self_attention[layer][head], keys: h.tokens, queries: h.tokens, causal: true };
+      weights: h.decoder_self_attention[layer][head], keys: decoderReads(),
+      queries: decoderQueries(), causal: true };
   }
   const c = shared.cross;
   return c && own.cross && { q: own.cross.q[layer][head], k: c.k[layer][head], v: c.v[layer][head],

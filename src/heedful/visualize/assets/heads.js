@@ -22,7 +22,7 @@ const headView = { kind: "cross", layer: 0, x1: 0, x2: 0, y: (i) => i, lines: nu
 const COLUMN_TITLES = {
   cross: ["SOURCE", "OUTPUT"],
   enc: ["SOURCE (KEYS)", "SOURCE (QUERIES)"],
-  dec: ["OUTPUT (KEYS)", "OUTPUT (QUERIES)"],
+  dec: ["READS (KEYS)", "READS \u2192 PREDICTS (QUERIES)"],
 };
 function addHeadViewColumn(view, labs, side, x, y) {
   labs.forEach((tok, i) => {

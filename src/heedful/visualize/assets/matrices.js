@@ -5,7 +5,8 @@
 const KINDS = {
   cross: { title: "cross-attention (output \u2192 source)", row: "output", col: "source" },
   enc: { title: "encoder self-attention", row: "query (source)", col: "key (source)" },
-  dec: { title: "decoder self-attention", row: "query (output)", col: "key (output)" },
+  dec: { title: "decoder self-attention", row: "query (reads \u2192 predicts)",
+    col: "key (the token it reads)" },
 };
 function available(kind) {
   const h = hyp();
@@ -59,8 +60,22 @@ function averageRows(kind, layer) {
 }
 const matrixRows = (kind, layer, head) =>
   head === "avg" ? averageRows(kind, layer) : headRows(kind, layer, +head);
-const rowLabels = (kind) => (kind === "enc" ? sourceTokens : hyp().tokens);
-const colLabels = (kind) => (kind === "cross" ? sourceTokens : rowLabels(kind));
+// Decoder position t reads y_{t-1} (<s> at the first) and predicts y_t, so a decoder key is
+// labelled by the token it reads (as `heedful explain` labels it) and a query by both: labelled
+// by what it produces, the causal diagonal read as "a token attends to itself".
+const decoderReads = () => ["<s>", ...hyp().tokens.slice(0, -1)];
+const decoderQueries = () => {
+  const reads = decoderReads();
+  return hyp().tokens.map((token, t) => reads[t] + "\u2192" + token); // (a space shows as ␣)
+};
+function rowLabels(kind) {
+  if (kind === "enc") return sourceTokens;
+  return kind === "dec" ? decoderQueries() : hyp().tokens;
+}
+function colLabels(kind) {
+  if (kind === "dec") return decoderReads();
+  return kind === "cross" ? sourceTokens : rowLabels(kind);
+}
 function maxOf(rows) {
   let max = 0;
   for (const row of rows) for (let j = 0; j < row.length; j++) if (row[j] > max) max = row[j];
