@@ -74,7 +74,7 @@ def _losses(run_dir) -> list[float]:
 
 
 def _cache_lines(lines: list[str]) -> list[str]:
-    return [line.split(": ", 1)[1] for line in lines if line.startswith("feature cache")]
+    return [line.split(": ", 1)[1] for line in lines if " feature cache " in line]  # stamped
 
 
 def _initial(config) -> dict:

@@ -33,10 +33,11 @@ from heedful.config import Config, ConfigError
 from heedful.cpu import set_threads
 from heedful.data.corpus import CorpusError
 from heedful.data.image_pairs import FileImages, ImageSource, caption_batch, caption_pairs
-from heedful.experiment import _device, _train_run
+from heedful.data.sentencepiece_model import fill_vocabulary
+from heedful.logs import RunLog
 from heedful.models.build import build_model
 from heedful.models.frozen import Trunk, cells_to_map, image_encoder, reading_cells
-from heedful.run_dir import Run
+from heedful.run_dir import Run, run_training
 from heedful.training import Distributed, TrainResult, sequence_loss
 from heedful.training_state import seed_generators
 
@@ -57,22 +58,25 @@ def _read(config: Config, key: str) -> list:
     return items
 
 
-def _tokenizer(config: Config, items):
-    """The target tokenizer, trained on the training captions as data.tokenizer says."""
+def _tokenizer(config: Config, items, echo):
+    """The target tokenizer, trained on the training captions as data.tokenizer says (with a
+    data.vocab_size they cannot fill, the most they can: sentencepiece_model.fill_vocabulary)."""
     from heedful.data.tokenizers import CharTokenizer, SentencePieceTokenizer
 
     captions = [c for _, caps in items for c in caps]
     if config.data.tokenizer == "char":
         return CharTokenizer.train(captions)
     try:
-        return SentencePieceTokenizer.train(
-            captions, config.data.vocab_size, config.data.sp_model_type
+        return fill_vocabulary(
+            lambda size: SentencePieceTokenizer.train(captions, size, config.data.sp_model_type),
+            config.data.vocab_size,
+            echo,
         )
     except ValueError as error:
         raise ConfigError(f"data.vocab_size: {error}") from None
 
 
-def _model(config: Config, latest: Path | None, items, transform):
+def _model(config: Config, latest: Path | None, items, transform, echo=print):
     """(model, ImageSource, target tokenizer): from the checkpoint resumed, or new (with the
     backbone's weights from model.encoder_weights, when given)."""
     if latest is not None:
@@ -83,7 +87,7 @@ def _model(config: Config, latest: Path | None, items, transform):
                 "start over"
             )
         return loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
-    tgt_tok = _tokenizer(config, items)
+    tgt_tok = _tokenizer(config, items, echo)
     seed_generators(config.train.seed)
     model = build_model(config.model, len(ImageSource(transform)), len(tgt_tok))
     if config.model.encoder_weights is not None:
@@ -120,10 +124,14 @@ def make_caption_validator(items, source: ImageSource, tgt_tok, config: Config, 
         loss = total / max(tokens, 1)
         hits = [any(o == r for r in refs) for o, refs in zip(outputs, references)]
         return {
-            "loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu["bleu4"],
-            "bleu1": bleu["bleu1"], "bleu2": bleu["bleu2"], "bleu3": bleu["bleu3"],
+            "loss": loss,
+            "ppl": math.exp(min(loss, 50)),
+            "bleu": bleu["bleu4"],
+            "bleu1": bleu["bleu1"],
+            "bleu2": bleu["bleu2"],
+            "bleu3": bleu["bleu3"],
             "exact_match": exact_match(["x" if h else "" for h in hits], ["x"] * len(hits)),
-        }  # fmt: skip
+        }
 
     return validate
 
@@ -173,8 +181,10 @@ def _sources(config: Config, model, splits, transform, folder, device, echo) -> 
             found = cached_features(trunk, [path for path, _ in items], transform, folder)
         except OSError as error:  # a full disk, a folder made read-only meanwhile
             raise ConfigError(f"data.feature_cache: cannot write to {folder}: {error}") from None
-        echo(f"feature cache {folder}: {name} images {found.reused} reused, "
-             f"{found.computed} computed, {found.rebuilt} rebuilt")  # fmt: skip
+        echo(
+            f"feature cache {folder}: {name} images {found.reused} reused, "
+            f"{found.computed} computed, {found.rebuilt} rebuilt"
+        )
         loads.append(CachedCells(found.features, grid))
     return loads
 
@@ -188,15 +198,16 @@ def train_captions(
 
     set_threads(config.train.threads)
     dist = Distributed.from_env()
-    device = _device(dist)
+    device = dist.device()
     dist.start(echo)
+    echo = RunLog(echo, hold=dist.is_main)  # stamped; in RUN_DIR/train.log once it trains
     train_items, valid_items = _read(config, "captions"), _read(config, "valid_captions")
     transform = ImageTransform(size=config.model.image_size)
     cache = _cache_folder(config.data.feature_cache)
     run = Run(Path(run_dir), config, dist)
     with run.locked():
         latest = None if force else run.resume_point(echo)
-        model, source, tgt_tok = _model(config, latest, train_items, transform)
+        model, source, tgt_tok = _model(config, latest, train_items, transform, echo)
         regions = int(np.prod(model.grid(config.model.image_size)))
         splits = (train_items, valid_items)
         load, valid_load = _sources(config, model, splits, source.transform, cache, device, echo)
@@ -206,6 +217,6 @@ def train_captions(
         if force:
             run.clear()
         with reading_cells(model) if cache else nullcontext():  # the trunk passed over
-            return _train_run(
+            return run_training(
                 run, model, (source, tgt_tok), pairs, validate, latest, progress, echo, device
             )

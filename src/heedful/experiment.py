@@ -8,21 +8,20 @@ so a typo costs an error message, never a run directory.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
-
 from heedful.checkpoint import CheckpointError, load_model_dir
-from heedful.config import Config, ConfigError, save_config
+from heedful.config import Config, ConfigError
 from heedful.cpu import reuse_freed_memory, set_threads
 from heedful.data.batching import InMemoryPairs, Pairs, bucketed_batches, collate
 from heedful.data.corpus import CorpusError, iter_split, split_source
+from heedful.data.sentencepiece_model import fill_vocabulary
+from heedful.logs import RunLog
 from heedful.models.build import build_model
-from heedful.run_dir import Run
-from heedful.training import Distributed, TrainResult, sequence_loss, train
-from heedful.training_state import TrainState, seed_generators
+from heedful.run_dir import Run, run_training
+from heedful.training import Distributed, TrainResult, sequence_loss
+from heedful.training_state import seed_generators
 
 
 def read_split(config: Config, split: str) -> list[tuple[str, str]]:
@@ -148,21 +147,11 @@ def _given_tokenizers(config: Config):
     return tuple(loaded)
 
 
-def _new_tokenizers(config: Config, train_pairs):
-    from heedful.data.languages import target_tokens
-    from heedful.data.tokenizers import train_tokenizers
-
+def _new_tokenizers(config: Config, train_pairs, echo=print):
     data = config.data
     try:
-        return train_tokenizers(
-            [s for s, _ in train_pairs],
-            [t for _, t in train_pairs],
-            kind=data.tokenizer,
-            vocab_size=data.vocab_size,
-            model_type=data.sp_model_type,
-            joint=data.joint_vocab,
-            sample=data.tokenizer_sample,
-            symbols=target_tokens(data),
+        return fill_vocabulary(
+            lambda size: _train_tokenizers(data, train_pairs, size), data.vocab_size, echo
         )
     except ValueError as e:
         raise ConfigError(
@@ -171,7 +160,23 @@ def _new_tokenizers(config: Config, train_pairs):
         ) from None
 
 
-def _model_and_tokenizers(config: Config, latest: Path | None, given, train_pairs):
+def _train_tokenizers(data, train_pairs, vocab_size: int):
+    from heedful.data.languages import target_tokens
+    from heedful.data.tokenizers import train_tokenizers
+
+    return train_tokenizers(
+        [s for s, _ in train_pairs],
+        [t for _, t in train_pairs],
+        kind=data.tokenizer,
+        vocab_size=vocab_size,
+        model_type=data.sp_model_type,
+        joint=data.joint_vocab,
+        sample=data.tokenizer_sample,
+        symbols=target_tokens(data),
+    )
+
+
+def _model_and_tokenizers(config: Config, latest: Path | None, given, train_pairs, echo=print):
     """From the checkpoint resumed, or new: given or newly trained tokenizers, seeded model."""
     if latest is not None:
         loaded = load_model_dir(latest)
@@ -187,7 +192,7 @@ def _model_and_tokenizers(config: Config, latest: Path | None, given, train_pair
                 "(data.prepared or data.src_tokenizer); use --force to start over"
             )
         return loaded.model, *tokenizers
-    src_tok, tgt_tok = given or _new_tokenizers(config, train_pairs)
+    src_tok, tgt_tok = given or _new_tokenizers(config, train_pairs, echo)
     seed_generators(config.train.seed)  # the initial weights, drawn from the seed
     return build_model(config.model, len(src_tok), len(tgt_tok)), src_tok, tgt_tok
 
@@ -283,65 +288,20 @@ def train_from_config(
         return train_captions(config, run_dir, force, progress, echo)
     set_threads(config.train.threads)
     dist = Distributed.from_env()
-    device = _device(dist)
+    device = dist.device()
     dist.start(echo)
-    echo = _voice(dist, Path(run_dir), config.train.rank_logs, echo)
+    echo = RunLog(_voice(dist, Path(run_dir), config.train.rank_logs, echo), hold=dist.is_main)
     # Read and check every input first: --force must not delete a run for a typo in a path.
     data = read_training_data(config, dist, progress, echo)
     run = Run(Path(run_dir), config, dist)
     with run.locked():
         latest = None if force else run.resume_point(echo)
-        model, src_tok, tgt_tok = _model_and_tokenizers(config, latest, data.given, data.text)
+        model, src_tok, tgt_tok = _model_and_tokenizers(config, latest, data.given, data.text, echo)
         pairs = data.pairs(config, src_tok, tgt_tok, echo)
         validate = make_validator(data.valid, src_tok, tgt_tok, config, device)
         if force:
             run.clear()
         dist.barrier()
-        return _train_run(
+        return run_training(
             run, model, (src_tok, tgt_tok), pairs, validate, latest, progress, echo, device
         )
-
-
-def _train_run(run: Run, model, tokenizers, pairs, validate, latest, progress, echo, device):
-    """Set up the training state (fresh or resumed), then run the training loop."""
-    config, dist = run.config, run.dist
-    if dist.is_main:
-        save_config(config, run.dir / "config.yaml")
-    model.to(device)
-    if latest is not None:
-        state = TrainState.resume(latest, model, config.train)
-        echo(f"resuming from {latest} (step {state.progress.step})")
-    else:
-        state = TrainState.fresh(model, config.train)
-    run.rewind_metrics(state.progress.step)
-    n_params = sum(p.numel() for p in model.parameters())
-    echo(
-        f"model: {config.model.arch}, {n_params:,} parameters; "
-        f"vocabulary {len(tokenizers[0])} / {len(tokenizers[1])}"
-    )
-    result = train(
-        model,
-        pairs,
-        config.train,
-        validate=validate,
-        progress=progress,
-        save=lambda state, metrics: run.save(model, tokenizers, state, metrics),
-        log=run.log,
-        state=state,
-        dist=dist,
-        device=device,
-    )
-    best = run.dir / "best"
-    echo(
-        f"stopped by {result.stopped_by} at step {result.steps} ({result.seconds:.0f} s); "
-        f"best checkpoint: {best.resolve() if best.exists() else '-'}"
-    )
-    return result
-
-
-def _device(dist: Distributed) -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device(
-            "cuda", int(os.environ.get("LOCAL_RANK", dist.rank)) % torch.cuda.device_count()
-        )
-    return torch.device("cpu")

@@ -2,6 +2,8 @@
 
 RUN_DIR/config.yaml             the resolved config (file + overrides)
 RUN_DIR/metrics.jsonl           one JSON record per log line and per validation
+RUN_DIR/train.log               the lines training printed, with timestamps, appended on resume
+RUN_DIR/tensorboard/            the same records for TensorBoard, with the `tensorboard` extra
 RUN_DIR/checkpoints/step-N/     model directory + training state, written atomically
 RUN_DIR/latest, RUN_DIR/best    symlinks to the newest and the best checkpoint
 RUN_DIR/scores.json             the early-stopping metric of each kept checkpoint
@@ -23,8 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from heedful.checkpoint import write_model_files
-from heedful.config import Config
+from heedful.config import Config, save_config
 from heedful.evaluation import higher_is_better
+from heedful.interrupts import STOP_SIGNALS
 from heedful.io import (
     CheckpointError,
     atomic_write_bytes,
@@ -32,8 +35,9 @@ from heedful.io import (
     recover_directories,
     staged,
 )
+from heedful.logs import as_run_log
 from heedful.output_dirs import DirectoryKind, foreign_entries, listed
-from heedful.training import Distributed
+from heedful.training import Distributed, TrainResult, train
 from heedful.training_state import TrainState
 
 LOCK_FILE = "train.lock"
@@ -48,7 +52,8 @@ CHECKPOINT_FILES = (
     "training_state.json",
 )
 
-RUN_FILES = (LOCK_FILE, "config.yaml", "metrics.jsonl", "scores.json")
+TRAIN_LOG = "train.log"
+RUN_FILES = (LOCK_FILE, "config.yaml", "metrics.jsonl", "scores.json", TRAIN_LOG)
 # rank-N.log: experiment._voice; .latest.tmp-PID: _point; .step-N.tmp-* / .old-*: io.staged
 RANK_LOG = re.compile(r"rank-\d+\.log")
 LINK = re.compile(r"(latest|best|\.(latest|best)\.tmp-\d+)")
@@ -216,12 +221,12 @@ class Run:
             atomic_write_bytes(path, "".join(kept).encode("utf-8"))
 
     def log(self, record: dict) -> None:
-        """Append to metrics.jsonl, and to TensorBoard if the `tensorboard` package is installed."""
+        """Append to metrics.jsonl, and to TensorBoard once `start_tensorboard` found it."""
         if not self.dist.is_main:
             return
         with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
-        writer = self._tensorboard()
+        writer = getattr(self, "_writer", None)
         if writer is not None and "step" in record:
             prefix = "valid" if record.get("event") == "validation" else "train"
             for key, value in record.items():
@@ -233,15 +238,19 @@ class Run:
                     writer.add_scalar(f"{prefix}/{key}", value, record["step"])
             writer.flush()
 
-    def _tensorboard(self):
-        if not hasattr(self, "_writer"):
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:  # tensorboard is optional
-                self._writer = None
-            else:
-                self._writer = SummaryWriter(str(self.dir / "tensorboard"))
-        return self._writer
+    def start_tensorboard(self) -> Path | None:
+        """With the `tensorboard` extra installed (pip install 'heedful[tensorboard]'), write
+        every record of metrics.jsonl to RUN_DIR/tensorboard too, and return that directory;
+        without it, None. Installing the extra is the switch: one setting more could only
+        disagree with it, and training says where it writes, so it is never written unsaid."""
+        if not self.dist.is_main:
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # torch's writer needs the tensorboard package
+            return None
+        self._writer = SummaryWriter(str(self.dir / "tensorboard"))
+        return self.dir / "tensorboard"
 
     def save(self, model, tokenizers, state: TrainState, metrics: dict | None) -> None:
         """Write checkpoints/step-N whole (staged), then move the links and prune to the best K.
@@ -255,8 +264,15 @@ class Run:
         final = self.checkpoints / f"step-{state.progress.step:08d}"
         languages, pairs = config.data.pairs()[0], config.data.pairs()
         with staged(final) as build:
-            write_model_files(build, model, config.model, *tokenizers, config.generation, languages,
-                              pairs if config.data.corpora else None)  # fmt: skip
+            write_model_files(
+                build,
+                model,
+                config.model,
+                *tokenizers,
+                config.generation,
+                languages,
+                pairs if config.data.corpora else None,
+            )
             state.save(build, metrics=metrics, seed=config.train.seed)
         _point(self.dir / "latest", final)
         if metrics is not None:
@@ -273,12 +289,68 @@ class Run:
         ranked = sorted(scores, key=lambda k: scores[k], reverse=higher_is_better(name))
         keep = set(ranked[: self.config.train.keep_best])
         latest = self.latest()
-        for old in ranked[self.config.train.keep_best :]:
+        for old in [*ranked[self.config.train.keep_best :], *self._unscored(scores)]:
             if latest is None or old != latest.name:
                 shutil.rmtree(self.checkpoints / old, ignore_errors=True)
         scores = {k: v for k, v in scores.items() if k in keep or (latest and k == latest.name)}
         atomic_write_json(scores_path, scores)  # a kill mid-write must not corrupt it
         _point(self.dir / "best", self.checkpoints / ranked[0])
+
+    def _unscored(self, scores: dict) -> list[str]:
+        """Checkpoints saved without a validation (after a signal, see interrupts.py): kept
+        while they are `latest`, then removed as the ones outside the best K are."""
+        return [
+            path.name
+            for path in self.checkpoints.iterdir()
+            if re.fullmatch(r"step-\d+", path.name) and path.name not in scores
+        ]
+
+
+def run_training(run: Run, model, tokenizers, pairs, validate, latest, progress, echo, device):
+    """Set up the training state (fresh or resumed), then run the training loop. `echo`'s
+    lines from here on, and those it held, go to RUN_DIR/train.log too (logs.RunLog)."""
+    config, dist, echo = run.config, run.dist, as_run_log(echo)
+    if dist.is_main:
+        save_config(config, run.dir / "config.yaml")
+        echo.attach(run.dir / TRAIN_LOG)
+        if (tensorboard := run.start_tensorboard()) is not None:
+            echo(f"TensorBoard: {tensorboard}")
+    model.to(device)
+    if latest is not None:
+        state = TrainState.resume(latest, model, config.train)
+        echo(f"resuming from {latest} (step {state.progress.step})")
+    else:
+        state = TrainState.fresh(model, config.train)
+    run.rewind_metrics(state.progress.step)
+    n_params = sum(p.numel() for p in model.parameters())
+    echo(
+        f"model: {config.model.arch}, {n_params:,} parameters; "
+        f"vocabulary {len(tokenizers[0])} / {len(tokenizers[1])}"
+    )
+    result = train(
+        model,
+        pairs,
+        config.train,
+        validate=validate,
+        progress=progress,
+        save=lambda state, metrics: run.save(model, tokenizers, state, metrics),
+        log=run.log,
+        state=state,
+        dist=dist,
+        device=device,
+        echo=echo,
+    )
+    echo(stopped_line(run, result))
+    return result
+
+
+def stopped_line(run: Run, result: TrainResult) -> str:
+    """The last line of a run: why it stopped, and which checkpoint to take or resume from."""
+    where = f"stopped by {result.stopped_by} at step {result.steps} ({result.seconds:.0f} s)"
+    if result.stopped_by in STOP_SIGNALS:
+        return f"{where}: saved {run.latest()}; heedful train on {run.dir} resumes from it"
+    best = run.dir / "best"
+    return f"{where}; best checkpoint: {best.resolve() if best.exists() else '-'}"
 
 
 def _complete_checkpoint(directory: Path) -> bool:

@@ -24,6 +24,8 @@ from heedful.data.batching import Pairs
 from heedful.data.stream import BatchStream, Shard
 from heedful.data.tokenizers import PAD_ID
 from heedful.evaluation import improves
+from heedful.interrupts import STOP_SIGNALS, StopSignals
+from heedful.logs import Progress, as_run_log
 from heedful.output_loss import output_layer_loss
 from heedful.training_state import TrainProgress, TrainState
 
@@ -35,7 +37,7 @@ class TrainingError(ValueError):
 @dataclass
 class TrainResult:
     progress: TrainProgress
-    stopped_by: str  # max_steps | max_epochs | max_time | validation | patience
+    stopped_by: str  # max_steps | max_epochs | max_time | validation | patience | SIGINT | SIGTERM
     history: list[dict] = field(default_factory=list)  # one dict per validation
 
     @property
@@ -62,6 +64,13 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def device(self) -> torch.device:
+        """This process's device: its GPU (torchrun's LOCAL_RANK) where there are GPUs."""
+        if torch.cuda.is_available():
+            local = int(os.environ.get("LOCAL_RANK", self.rank))
+            return torch.device("cuda", local % torch.cuda.device_count())
+        return torch.device("cpu")
+
     def start(self, echo=print) -> None:
         """Join torchrun's process group (gloo on CPUs, NCCL on GPUs); alone, there is none."""
         if self.world_size == 1 or torch.distributed.is_initialized():
@@ -74,7 +83,9 @@ class Distributed:
     def latest(self, seconds: float, device: str | torch.device = "cpu") -> float:
         """The largest of every process's `seconds`. Each reading its own clock, one process
         could stop at train.max_time a step before another, which would then wait in its next
-        all-reduce for ever, and the linear schedule would give them different rates."""
+        all-reduce for ever, and the linear schedule would give them different rates. The
+        same holds for a signal that reaches one process and not (yet) another: every process
+        stops at the step where the first one caught it (see StopSignals)."""
         if self.world_size == 1:
             return seconds
         value = torch.tensor([seconds], dtype=torch.float64, device=device)
@@ -146,65 +157,91 @@ def train(
     state: TrainState | None = None,
     dist: Distributed = Distributed(),
     device: str | torch.device = "cpu",
+    echo: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Train `model` in place until max_steps / max_epochs / max_time, early stop, or `good_enough`.
-
-    validate(model) -> metrics runs every `eval_every` steps and at the last, in eval mode;
-    `save(state, metrics)` is then called to checkpoint; `log(record)` receives
-    training records. `state` resumes a run (default: TrainState.fresh); `dist` shards each
-    global batch across processes (each reads only its rows; the model is then wrapped in
-    DistributedDataParallel).
-    """
+    """Train `model` in place until max_steps / max_epochs / max_time, early stop, `good_enough`
+    or SIGINT / SIGTERM (interrupts.py). validate(model) -> metrics runs every `eval_every`
+    steps and at the last, in eval mode; `save(state, metrics)` then checkpoints; `log(record)`
+    gets training records, `echo` the lines (logs.py). `state` resumes a run (default: fresh);
+    `dist` shards each global batch across processes (then wrapped in DDP)."""
     state = state if state is not None else TrainState.fresh(model, config)
     p = state.progress
-    stream = BatchStream(pairs, config.batch_tokens, config.seed, p.epoch, p.batch_in_epoch,
-                         dist.rank, dist.world_size, config.data_workers)  # fmt: skip
+    stream = _batches(pairs, config, p, dist)
     net = nn.parallel.DistributedDataParallel(model) if dist.world_size > 1 else model
     autocast = _autocast(config, device)
-    bar = _progress_bar(config, p, show=progress and dist.is_main)
-    history: list[dict] = []
-    clock = _clock(p.seconds, dist, device)
-    reserve = 0.0  # the latest validation's seconds, left in max_time for the final one
+    shown = Progress(config.max_steps, p.step, progress and dist.is_main, as_run_log(echo))
+    history, clock = [], _clock(p.seconds, dist, device)
+    reserve, saved_at = 0.0, p.step  # the latest validation's seconds; the step last saved
     model.train()
-    while (stopped_by := _limit_reached(config, stream, p, reserve)) is None:
-        shards = [stream.next() for _ in range(config.accumulate)]
-        loss_sum, tokens = _optimizer_step(
-            net, model, shards, state, config, dist, device, autocast
-        )
-        p.step, p.tokens = p.step + 1, p.tokens + tokens
-        p.epoch, p.batch_in_epoch = stream.epoch, stream.batch
-        p.seconds = clock()
-        bar.update(1)
-        if p.step % config.log_every == 0:
-            _log(_record(state, loss_sum * dist.world_size, tokens, shards), bar, log)
-        if p.step % config.eval_every == 0:
-            began, metrics = p.seconds, _validate(model, validate, p, config, bar, dist, clock)
-            reserve = p.seconds - began  # the same on every process (clock() is their max)
-            stopped_by = _early_stop(metrics, config, p, good_enough, history)
+    with StopSignals(lambda signum: dist.latest(signum, device)) as stop:
+        while (stopped_by := _limit_reached(config, stream, p, reserve, stop)) is None:
+            shards = [stream.next() for _ in range(config.accumulate)]
+            loss_sum, tokens = _optimizer_step(
+                net, model, shards, state, config, dist, device, autocast
+            )
+            p.step, p.tokens = p.step + 1, p.tokens + tokens
+            p.epoch, p.batch_in_epoch = stream.epoch, stream.batch
+            p.seconds = clock()
+            _log(state, config, loss_sum * dist.world_size, tokens, shards, shown, log)
+            if p.step % config.eval_every == 0:
+                began = p.seconds
+                metrics = _validate(model, validate, p, config, shown, dist, clock)
+                reserve = p.seconds - began  # the same on every process (clock() is their max)
+                stopped_by = _early_stop(metrics, config, p, good_enough, history)
+                _save(save, model, state, metrics, config)
+                saved_at = p.step
+                if stopped_by is not None:
+                    break
+        if stopped_by in STOP_SIGNALS and p.step != saved_at:
+            _save(save, model, state, None, config)  # at once, unvalidated (interrupts.py)
+        elif stopped_by not in STOP_SIGNALS and p.step % config.eval_every != 0:
+            # a final checkpoint wherever a limit stopped us, validated: with a schedule that
+            # decays to the budget's end it is often the best, and `best` must point at it
+            metrics = _validate(model, validate, p, config, shown, dist, clock)
+            _early_stop(metrics, config, p, None, history)  # marks it best or not
             _save(save, model, state, metrics, config)
-            if stopped_by is not None:
-                break
-    if p.step % config.eval_every != 0:
-        # a final checkpoint wherever a limit stopped us, validated: with a schedule that decays
-        # to the budget's end it is often the best, and `best` must be able to point at it
-        metrics = _validate(model, validate, p, config, bar, dist, clock)
-        _early_stop(metrics, config, p, None, history)  # marks it best or not; nothing to stop
-        _save(save, model, state, metrics, config)
-    bar.close()
+    shown.close()
     model.eval()
     return TrainResult(p, stopped_by, history)
 
 
-def _limit_reached(config: TrainConfig, stream: BatchStream, p: TrainProgress, reserve: float):
-    """The step, epoch or time limit that ends training before another step, or None to take
-    it. `reserve`: seconds to leave in the time budget for the final validation."""
+def _batches(pairs: Pairs, config: TrainConfig, p: TrainProgress, dist: Distributed) -> BatchStream:
+    """The batches from where the run is (its epoch and batch), this process's share of each."""
+    return BatchStream(
+        pairs,
+        config.batch_tokens,
+        config.seed,
+        p.epoch,
+        p.batch_in_epoch,
+        dist.rank,
+        dist.world_size,
+        config.data_workers,
+    )
+
+
+def _log(state: TrainState, config: TrainConfig, loss_sum, tokens, shards, shown, log) -> None:
+    """A step done: its training record, every log_every steps, to `log`, and the progress
+    shown."""
+    record = None
+    if state.progress.step % config.log_every == 0:
+        record = _record(state, loss_sum, tokens, shards)
+        if log is not None:
+            log(record)
+    shown.update(record)
+
+
+def _limit_reached(
+    config: TrainConfig, stream: BatchStream, p: TrainProgress, reserve: float, stop: StopSignals
+):
+    """The step, epoch or time limit or the signal that ends training before another step, or
+    None to take it. `reserve`: seconds to leave in the time budget for the final validation."""
     if p.step >= config.max_steps:
         return "max_steps"
     if config.max_epochs is not None and stream.epochs_done() >= config.max_epochs:
         return "max_epochs"
     if config.max_time is not None and p.seconds + reserve >= config.max_time:
         return "max_time"
-    return None
+    return stop.agreed()
 
 
 def _clock(start_seconds: float, dist: Distributed, device) -> Callable[[], float]:
@@ -218,14 +255,6 @@ def _autocast(config: TrainConfig, device: str | torch.device):
     if use_bf16(config.bf16, device):
         return torch.autocast(torch.device(device).type, torch.bfloat16)
     return nullcontext()
-
-
-def _progress_bar(config: TrainConfig, p: TrainProgress, show: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=config.max_steps, initial=p.step, disable=not show, unit="step", dynamic_ncols=True
-    )
 
 
 def _optimizer_step(
@@ -285,16 +314,6 @@ def _record(state: TrainState, loss_sum: float, tokens: int, shards: list[Shard]
     }
 
 
-def _log(record: dict, bar, log: Callable[[dict], None] | None) -> None:
-    bar.set_postfix(
-        loss=f"{record['train_loss']:.3f}",
-        lr=f"{record['lr']:.2e}",
-        tok_s=f"{record['tokens_per_s']:.0f}",
-    )
-    if log is not None:
-        log(record)
-
-
 def _check_loss(kind: str, loss: float, step: int, config: TrainConfig) -> None:
     """Stop at the first non-finite loss: every step after it would only spread the NaN."""
     if not math.isfinite(loss):
@@ -324,7 +343,7 @@ def _fmt(key: str, value) -> str:
     return f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
 
 
-def _validate(model, validate, p: TrainProgress, config, bar, dist, clock) -> dict | None:
+def _validate(model, validate, p: TrainProgress, config, shown, dist, clock) -> dict | None:
     """validate(model) in eval mode, without gradients (None without one); its loss must be
     finite. The progress clock then moves past it: the budget counts validation."""
     if validate is None:
@@ -336,7 +355,7 @@ def _validate(model, validate, p: TrainProgress, config, bar, dist, clock) -> di
     p.seconds = clock()
     _check_loss("validation", metrics.get("loss", 0.0), p.step, config)
     if dist.is_main:
-        bar.write("  ".join(_fmt(k, v) for k, v in metrics.items()))
+        shown.say("  ".join(_fmt(k, v) for k, v in metrics.items()))
     return metrics
 
 

@@ -51,6 +51,25 @@ def sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def fingerprint(key: str, path: Path, known: dict | None = None) -> dict:
+    """What a later `prepare` compares to know whether an input changed. The SHA-256 of a
+    file whose size and modification time are those of `known` (the last preparation's
+    fingerprint of it) is taken from there, as make and rsync trust them: hashing gigabytes
+    again on every start would cost seconds."""
+    info = path.stat()
+    same = known is not None and (known["bytes"], known["mtime_ns"]) == (
+        info.st_size,
+        info.st_mtime_ns,
+    )
+    return {
+        "key": key,
+        "path": str(path),
+        "bytes": info.st_size,
+        "mtime_ns": info.st_mtime_ns,
+        "sha256": known["sha256"] if same else sha256(path),
+    }
+
+
 def _damaged(path: Path, where: str, what: str, value) -> PreparedError:
     return PreparedError(
         f"{path}: {where}: {what}, got {value!r:.80}; a damaged manifest: run heedful prepare again"

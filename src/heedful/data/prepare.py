@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from heedful.data.corpus import filter_pairs, iter_split, split_files
+from heedful.data.manifest import fingerprint
 from heedful.data.prepared import (
     FORMAT,
     MANIFEST,
@@ -55,25 +56,6 @@ PREPARED = DirectoryKind(
     recognise=lambda directory: (directory / MANIFEST).is_file(),
     owns=lambda path: bool(_OWN.fullmatch(path.name)) and path.is_file(),
 )
-
-
-def fingerprint(key: str, path: Path, known: dict | None = None) -> dict:
-    """What a later `prepare` compares to know whether an input changed. The SHA-256 of a
-    file whose size and modification time are those of `known` (the last preparation's
-    fingerprint of it) is taken from there, as make and rsync trust them: hashing gigabytes
-    again on every start would cost seconds."""
-    info = path.stat()
-    same = known is not None and (known["bytes"], known["mtime_ns"]) == (
-        info.st_size,
-        info.st_mtime_ns,
-    )
-    return {
-        "key": key,
-        "path": str(path),
-        "bytes": info.st_size,
-        "mtime_ns": info.st_mtime_ns,
-        "sha256": known["sha256"] if same else sha256(path),
-    }
 
 
 def settings(data) -> dict:
@@ -267,9 +249,14 @@ def _tokenizers(data, build: Path, echo) -> tuple[str, str]:
     echo(f"training the {data.tokenizer} tokenizers on {sample} the training text")
     sides = ((s for s, _ in iter_split(data, "train")), (t for _, t in iter_split(data, "train")))
     try:
-        trained = train_tokenizers(*sides, kind=data.tokenizer, vocab_size=data.vocab_size,
-                                   model_type=data.sp_model_type, joint=data.joint_vocab,
-                                   sample=data.tokenizer_sample)  # fmt: skip
+        trained = train_tokenizers(
+            *sides,
+            kind=data.tokenizer,
+            vocab_size=data.vocab_size,
+            model_type=data.sp_model_type,
+            joint=data.joint_vocab,
+            sample=data.tokenizer_sample,
+        )
     except ValueError as error:
         raise PreparedError(
             f"cannot train the data.tokenizer ({data.tokenizer}): {error}"
@@ -280,15 +267,16 @@ def _tokenizers(data, build: Path, echo) -> tuple[str, str]:
 
 
 def _encode_train(
-    data, build: Path, files, workers: int, progress: bool
+    data, build: Path, files, workers: int, progress: bool, echo=print
 ) -> tuple[SplitReport, dict]:
-    from tqdm.auto import tqdm
-
+    """The training split into shards; its progress a bar on a terminal, else a plain line
+    every logs.PLAIN_EVERY seconds (a bar's redraws would pile up in a file)."""
     from heedful.data.tokenizers import load_tokenizer
+    from heedful.logs import Counter
 
     dtype = ids_dtype(max(len(load_tokenizer(f)) for f in files))
     writer, report = ShardWriter(build, "train", dtype, data.shard_tokens), SplitReport()
-    bar = tqdm(unit=" pairs", unit_scale=True, disable=not progress, desc="encoding")
+    bar = Counter("encoding", "pairs", progress, echo)
     chunks = encoded_chunks(iter_split(data, "train"), files, data.max_length, workers)
     for src, tgt, empty, too_long in chunks:
         writer.add(src, tgt)
@@ -336,9 +324,13 @@ def up_to_date(directory: Path, data, fingerprints: list[dict], echo=print) -> b
 
 
 def prepare(
-    data, directory: str | Path, workers: int | None = None, force: bool = False,
-    progress: bool = True, echo: Callable[[str], None] = print,
-) -> dict:  # fmt: skip
+    data,
+    directory: str | Path,
+    workers: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+    echo: Callable[[str], None] = print,
+) -> dict:
     """Prepare `data` (a DataConfig) into `directory` unless it is already up to date.
 
     workers: tokenizing processes (None: one per CPU this process may use). -> the manifest.
@@ -367,7 +359,7 @@ def prepare(
         with building(directory, replaceable(PREPARED, [f["path"] for f in fingerprints])) as build:
             valid_pairs = _write_valid(data, build)  # first: an empty split fails at once
             files = _tokenizers(data, build, echo)
-            report, split = _encode_train(data, build, files, workers, progress)
+            report, split = _encode_train(data, build, files, workers, progress, echo)
             if report.pairs == 0:
                 raise PreparedError(
                     f"no training pairs left: {report}; check the files or data.max_length"

@@ -107,12 +107,43 @@ def training_error(error: RuntimeError, vocab_size: int, model_type: str) -> Val
     message = str(error).split("] ", 1)[-1] or str(error)
     limit = re.search(r"too high.*<= (\d+)", message)
     if limit:
-        return ValueError(
+        return TooManyPieces(
             f"vocab_size={vocab_size} is too large for this training text: a {model_type} model "
             f"can have at most {limit[1]} pieces here; set vocab_size to {limit[1]} or less, or "
-            "train on more text"
+            "train on more text",
+            int(limit[1]),
         )
     return ValueError(
         f"SentencePiece training failed (vocab_size={vocab_size}, model_type={model_type}): "
         f"{message}"
     )
+
+
+class TooManyPieces(ValueError):
+    """A vocabulary larger than the training text can fill; `limit` is the most it can."""
+
+    def __init__(self, message: str, limit: int):
+        super().__init__(message)
+        self.limit = limit
+
+
+def fill_vocabulary(train, vocab_size: int, echo=print):
+    """train(vocab_size), or where the text cannot fill that many pieces (a recipe's 8000 on a
+    few thousand sentences of one's own) train(the most it can), said in one line, rather than
+    stopping to ask for a retry with that number. With two tokenizers, both take the smallest
+    size either side can fill: data.vocab_size is one number."""
+    size = vocab_size
+    while True:
+        try:
+            trained = train(size)
+            break
+        except TooManyPieces as error:
+            if error.limit >= size:
+                raise
+            size = error.limit  # what the side that failed can fill; train again
+    if size != vocab_size:
+        echo(
+            f"data.vocab_size: {vocab_size} is more than the training text can fill; trained "
+            f"with {size}, the most it can (set data.vocab_size: {size} to say so)"
+        )
+    return trained
