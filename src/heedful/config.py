@@ -96,8 +96,10 @@ class ModelConfig:
                 f"({self.num_heads})"
             )
         if self.arch == "rnn" and self.copy and self.attention == "none":
-            raise ConfigError("model.copy: the pointer-generator copies with attention; choose "
-                              "a model.attention other than none")  # fmt: skip
+            raise ConfigError(
+                "model.copy: the pointer-generator copies with attention; choose "
+                "a model.attention other than none"
+            )
         if self.arch == "rnn" and self.bidirectional and self.hidden_size % 2:
             raise ConfigError(
                 f"model.hidden_size ({self.hidden_size}) must be even with model.bidirectional"
@@ -192,8 +194,10 @@ class DataConfig:
 
     def check_given(self, given: set[str], prefix: str = "data.") -> None:
         if "corpora" in given and not self.corpora:  # the default, but written on purpose
-            raise ConfigError(f"{prefix}corpora: an empty list; give at least one corpus, or "
-                              "leave the key out for one pair")  # fmt: skip
+            raise ConfigError(
+                f"{prefix}corpora: an empty list; give at least one corpus, or "
+                "leave the key out for one pair"
+            )
 
     def __post_init__(self) -> None:
         check_corpora(self)
@@ -331,8 +335,11 @@ class Config:
         given = data.src_tokenizer is not None  # then joint_vocab is not used
         shared = data.src_tokenizer == data.tgt_tokenizer if given else data.joint_vocab
         if self.model.arch == "rnn" and self.model.copy and not shared:
-            fix = ("name one tokenizer file as both data.src_tokenizer and data.tgt_tokenizer"
-                   if given else "set data.joint_vocab: true")  # fmt: skip
+            fix = (
+                "name one tokenizer file as both data.src_tokenizer and data.tgt_tokenizer"
+                if given
+                else "set data.joint_vocab: true"
+            )
             raise ConfigError(
                 "model.copy needs one vocabulary for both sides, so that a source id is the "
                 f"same output id: {fix}"

@@ -36,6 +36,15 @@ def check_fraction(key: str, value: float) -> None:
         raise ConfigError(f"{key}: must be in [0, 1), got {value}")
 
 
+def _yaml_boolean(value: bool) -> str:
+    """Why a string key got a boolean: YAML 1.1 (PyYAML's) reads the bare words yes/no/on/off
+    as true and false, so `src_lang: no`, Norwegian, arrives as False. The word for the
+    example is a guess: "no" for false (a language code), "yes" for true."""
+    if value:
+        return 'got true (YAML reads yes/no/on/off as booleans: quote it, "yes")'
+    return 'got false (YAML reads no/yes/on/off as booleans: quote it, "no")'
+
+
 def _convert(value: Any, hint: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
     if hint is Any:
@@ -75,6 +84,8 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         raise ConfigError(f"{key}: must be a finite number, got {value}")
     if hint is bool and not isinstance(value, bool):
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if hint is str and isinstance(value, bool):
+        raise ConfigError(f"{key}: expected str, {_yaml_boolean(value)}")
     if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool)):
         raise ConfigError(f"{key}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
     return value

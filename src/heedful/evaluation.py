@@ -6,7 +6,7 @@ captions against all of an image's references."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Scores where a smaller value is the better one: the validation loss and its perplexity, and
 # TER (edits per reference word). BLEU, chrF and exact match grow with quality.
@@ -46,6 +46,8 @@ class CorpusScores:
     chrf: float
     ter: float
     signatures: dict[str, str]
+    names: dict[str, str] = field(default_factory=dict)  # sacreBLEU's: BLEU, chrF2, TER
+    verbose: dict[str, str] = field(default_factory=dict)  # BLEU's n-gram precisions and BP
 
     def __str__(self) -> str:
         return "\n".join(
@@ -55,6 +57,19 @@ class CorpusScores:
                 f"TER  = {self.ter:.2f}  ({self.signatures['ter']})",
             ]
         )
+
+    def records(self) -> list[dict]:
+        """One object per metric with the fields sacreBLEU's own `--format json` gives (name,
+        score, signature, verbose_score where it has one), the score unrounded."""
+        scores = {"bleu": self.bleu, "chrf": self.chrf, "ter": self.ter}
+        records = []
+        for metric, score in scores.items():
+            record = {"name": self.names.get(metric, metric), "score": score}
+            record["signature"] = self.signatures[metric]
+            if self.verbose.get(metric):
+                record["verbose_score"] = self.verbose[metric]
+            records.append(record)
+        return records
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> CorpusScores:
@@ -71,7 +86,16 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Corpu
         scores["chrf"].score,
         scores["ter"].score,
         {name: str(m.get_signature()) for name, m in metrics.items()},
+        {name: score.name for name, score in scores.items()},
+        {name: _verbose(score) for name, score in scores.items()},
     )
+
+
+def _verbose(score) -> str:
+    """sacreBLEU's verbose part of a score ("60.0/33.3/... (BP = ...)"): BLEU has one."""
+    line = score.format(score_only=False)  # "BLEU = 27.30 60.0/33.3/... (BP = ...)"
+    prefix = f"{score.name} = {score.format(score_only=True)}"
+    return line.removeprefix(prefix).strip()
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
@@ -130,6 +154,14 @@ class RougeScores:
             f"ROUGE-1 = {self.rouge1:.2f}  ROUGE-2 = {self.rouge2:.2f}  "
             f"ROUGE-L = {self.rougeL:.2f}  ({self.signature})"
         )
+
+    def records(self) -> list[dict]:
+        """One object per ROUGE score, shaped as CorpusScores.records()."""
+        names = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L"}
+        return [
+            {"name": names[kind], "score": getattr(self, kind), "signature": self.signature}
+            for kind in ROUGE_TYPES
+        ]
 
 
 def require_rouge():

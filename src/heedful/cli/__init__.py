@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import click
 
+from heedful import __version__
 from heedful.cli.caption import caption
 from heedful.cli.errors import Heedful
+from heedful.cli.evaluate import evaluate
 from heedful.cli.models import average, demo, export, train
 from heedful.cli.prepare import prepare
+from heedful.cli.recipes import init, recipes
 from heedful.cli.see import attention, curves, explain, positional
-from heedful.cli.translate import evaluate, serve, translate
+from heedful.cli.serve import serve
+from heedful.cli.translate import translate
 
 
 def _show_our_warnings_as_one_line() -> None:
@@ -40,7 +44,7 @@ def _show_our_warnings_as_one_line() -> None:
 
 
 @click.group(cls=Heedful, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="heedful")
+@click.version_option(__version__, prog_name="heedful")
 def main() -> None:
     """heedful: attention-based sequence-to-sequence models you can see into."""
     _show_our_warnings_as_one_line()
@@ -49,7 +53,8 @@ def main() -> None:
 for _command in (
     *(demo, train, average, export),  # models.py: make a model directory
     prepare,  # prepare.py: tokenize a large corpus once
-    *(translate, evaluate, serve),  # translate.py: run a model on text
+    *(recipes, init),  # recipes.py: the shipped configs, listed and written out
+    *(translate, evaluate, serve),  # translate.py, evaluate.py, serve.py: run a model on text
     caption,  # caption.py: run an image model on pictures
     *(attention, explain, positional, curves),  # see.py: draw what a model does
 ):

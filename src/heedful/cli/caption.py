@@ -47,7 +47,7 @@ def caption_images(model_dir, images, num_beams, n_best, batch_size, output_path
         sys.stdout.write(text)
 
 
-@click.command()
+@click.command(short_help="Caption images with an image model.")
 @click.argument("model_dir", type=DIRECTORY)
 @click.argument("images", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option(
@@ -71,7 +71,9 @@ def caption_images(model_dir, images, num_beams, n_best, batch_size, output_path
     show_default=True,
     help="Alternatives per image, tab-separated.",
 )
-@click.option("--batch-size", type=POSITIVE, default=32, show_default=True)
+@click.option(
+    "--batch-size", type=POSITIVE, default=32, show_default=True, help="Images per batch."
+)
 def caption(model_dir, images, output_path, num_beams, n_best, batch_size) -> None:
     """Caption images (PNG, JPEG, ...) with an image model: one line per image, in order."""
     caption_images(model_dir, images, num_beams, n_best, batch_size, output_path)

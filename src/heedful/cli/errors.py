@@ -15,6 +15,43 @@ import click
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # src/heedful
 
+# The optional libraries, by the name they are imported as, and the extra of pyproject.toml
+# that installs each: a command that finds one missing names the extra to install.
+EXTRAS = {
+    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "fastapi_offline"), "serve"),
+    **dict.fromkeys(("python_multipart", "multipart"), "serve"),
+    "ctranslate2": "fast",
+    "transformers": "hf",
+    "rouge_score": "rouge",
+    "torchvision": "vision",
+    "tensorboard": "tensorboard",
+}
+
+
+def missing_extra(error: ModuleNotFoundError, command: str | None = None) -> str:
+    """The one line for a library that is not installed: which command needs it and the
+    `pip install 'heedful[extra]'` that brings it. A message that says how already (the
+    library's own check: export.py, hf/layout.py, ...) is kept as it is."""
+    if "pip install" in str(error):
+        return str(error)
+    module = (error.name or "").split(".")[0]
+    who = f"heedful {command}" if command else "this"
+    if module not in EXTRAS:
+        return f"{who} needs the {module} package, which is not installed ({error})"
+    return f"{who} needs {module}, which is not installed: pip install 'heedful[{EXTRAS[module]}]'"
+
+
+def require_extra(command: str, *modules: str) -> None:
+    """Import `modules` now, so that a missing one is said before any model is loaded (or a
+    port opened), in one line naming the extra that installs it."""
+    from importlib import import_module
+
+    for module in modules:
+        try:
+            import_module(module)
+        except ModuleNotFoundError as error:
+            raise ModuleNotFoundError(missing_extra(error, command), name=error.name) from None
+
 
 def _named_errors() -> tuple[type[ValueError], ...]:
     """heedful's own error classes, all ValueErrors: each means "fix your input". Imported
@@ -53,7 +90,21 @@ def is_users_mistake(error: Exception) -> bool:
 
 class Heedful(click.Group):
     """The `heedful` group: a user's mistake becomes one line and exit status 1 (module
-    docstring); everything else goes on to click (its own errors) or to Python (a bug)."""
+    docstring); everything else goes on to click (its own errors) or to Python (a bug). A
+    missing optional library names its extra; --help lists every command's summary whole."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The Commands section of `heedful --help`, each summary whole: its short_help or the
+        first sentence of its docstring, wrapped to the terminal. click would cut it to what
+        fits one line, and a summary cut with "..." says less than one that wraps."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -61,4 +112,6 @@ class Heedful(click.Group):
         except Exception as error:
             if not is_users_mistake(error):
                 raise
+            if isinstance(error, ModuleNotFoundError):
+                raise click.ClickException(missing_extra(error, ctx.invoked_subcommand)) from None
             raise click.ClickException(str(error)) from None

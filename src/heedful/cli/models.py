@@ -29,7 +29,11 @@ def _demo_options() -> list[click.Parameter]:
     return [model, task, threads_option()]
 
 
-@click.command(cls=Deferred, later=_demo_options)
+@click.command(
+    cls=Deferred,
+    later=_demo_options,
+    short_help="Train a toy model in minutes and draw its attention.",
+)
 @click.option(
     "--out",
     default="heedful-demo",
@@ -45,15 +49,30 @@ def _demo_options() -> list[click.Parameter]:
 )
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
 @click.option("--max-time", type=float, default=None, help="Stop after this many seconds.")
-@click.option("--seed", default=1, show_default=True)
-@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+@click.option(
+    "--seed",
+    default=1,
+    show_default=True,
+    help="Seed of the generated data, the initial weights and the batch order.",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    help="Show progress: a bar on a terminal, elsewhere (a file, a pipe) a plain line every 30 s.",
+)
 def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress) -> None:
     """Learn a generated task in minutes (human-written dates to ISO dates, the articles' toy
     chatbot, or captions of generated scenes), then draw the attention."""
     from heedful.demo import run_demo
 
-    options = dict(train_size=train_size, max_steps=max_steps, max_time=max_time, seed=seed,
-                   progress=progress, echo=click.echo)  # fmt: skip
+    options = dict(
+        train_size=train_size,
+        max_steps=max_steps,
+        max_time=max_time,
+        seed=seed,
+        progress=progress,
+        echo=click.echo,
+    )
     if task == "captions":  # demo_captions.py: images in, so a demo of its own
         from heedful.demo_captions import run_caption_demo
 
@@ -62,7 +81,7 @@ def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress)
         run_demo(model_name, out, task=task, **options)
 
 
-@click.command()
+@click.command(short_help="Train (or resume) a model from a YAML config.")
 @click.argument("config_path", type=click.Path(dir_okay=False))
 @overrides_option("train.max_steps=200")
 @click.option("--run-dir", default=None, help="Run directory [default: runs/<config name>].")
@@ -72,7 +91,11 @@ def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress)
     help="Delete the run directory's checkpoints and logs and start over (refused, deleting "
     "nothing, if it holds files heedful train did not write).",
 )
-@click.option("--progress/--no-progress", default=True)
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    help="Show progress: a bar on a terminal, elsewhere (a file, a pipe) a plain line every 30 s.",
+)
 @click.option(
     "--threads",
     type=POSITIVE,
@@ -80,12 +103,17 @@ def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress)
     help="CPU threads, as --set train.threads=N [default: the config's, else one per core].",
 )
 def train(config_path, overrides, run_dir, force, progress, threads) -> None:
-    """Train (or resume) a model from a YAML config."""
+    """Train (or resume) a model from a YAML config.
+
+    Ctrl-C or SIGTERM: the step under way finishes, a checkpoint of it is saved, and the exit
+    status is 128 + the signal (130, 143); the same command then resumes from it.
+    """
     import os
     from pathlib import Path
 
     from heedful.config import load_config
     from heedful.experiment import train_from_config
+    from heedful.interrupts import STOP_SIGNALS
 
     if threads is not None:
         overrides = (*overrides, f"train.threads={threads}")
@@ -93,10 +121,14 @@ def train(config_path, overrides, run_dir, force, progress, threads) -> None:
     run_dir = run_dir or str(Path("runs") / Path(config_path).stem)
     if os.environ.get("RANK", "0") == "0":  # torchrun: the other processes stay quiet
         click.echo(f"run directory: {run_dir}")
-    train_from_config(config, run_dir, force=force, progress=progress, echo=click.echo)
+    result = train_from_config(config, run_dir, force=force, progress=progress, echo=click.echo)
+    if getattr(result, "stopped_by", None) in STOP_SIGNALS:  # saved at Ctrl-C or SIGTERM, not done
+        import signal
+
+        raise SystemExit(128 + signal.Signals[result.stopped_by])  # as shells report a signal
 
 
-@click.command()
+@click.command(short_help="Average the weights of checkpoints of one model.")
 @click.argument("model_dirs", nargs=-1, required=True, type=DIRECTORY)
 @click.option(
     "-o",
@@ -134,7 +166,9 @@ def _export_options() -> list[click.Parameter]:
     return [format_, quantization]
 
 
-@click.command(cls=Deferred, later=_export_options)
+@click.command(
+    cls=Deferred, later=_export_options, short_help="Export a model to CTranslate2 or Hugging Face."
+)
 @click.argument("model_dir", type=DIRECTORY)
 @click.option(
     "-o",

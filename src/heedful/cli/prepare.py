@@ -7,7 +7,7 @@ import click
 from heedful.cli.options import DIRECTORY, POSITIVE, overrides_option
 
 
-@click.command()
+@click.command(short_help="Tokenize a corpus once, into shards for training.")
 @click.argument("config_path", type=click.Path(dir_okay=False))
 @overrides_option("data.vocab_size=16000")
 @click.option(
@@ -24,7 +24,11 @@ from heedful.cli.options import DIRECTORY, POSITIVE, overrides_option
     help="Tokenizing processes [default: one per CPU core this process may use].",
 )
 @click.option("--force", is_flag=True, help="Prepare again even when nothing changed.")
-@click.option("--progress/--no-progress", default=True)
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    help="Show progress: a bar on a terminal, elsewhere (a file, a pipe) a plain line every 30 s.",
+)
 def prepare(config_path, overrides, output, workers, force, progress) -> None:
     """Tokenize a config's corpus once into memory-mappable shards for training.
 

@@ -32,7 +32,11 @@ def _kind_option(help: str | None = None):
     return later
 
 
-@click.command(cls=Deferred, later=_kind_option("Which attention the picture shows."))
+@click.command(
+    cls=Deferred,
+    later=_kind_option("Which attention the picture shows."),
+    short_help="Translate a sentence and show where the model looked.",
+)
 @click.argument("model_dir", type=DIRECTORY)
 @click.argument("sentence")
 @picture_option("Write a heatmap (format from the suffix: .png, .svg or .pdf).")
@@ -44,7 +48,14 @@ def _kind_option(help: str | None = None):
     help="Write the attention trace as JSON (docs/trace-schema.md).",
 )
 @click.option("--grid", is_flag=True, help="All layers × heads in one picture.")
-@click.option("--beam", "num_beams", type=POSITIVE, default=1, show_default=True)
+@click.option(
+    "--beam",
+    "num_beams",
+    type=POSITIVE,
+    default=1,
+    show_default=True,
+    help="Beam size (1: greedy) of the search traced.",
+)
 @click.option(
     "--n-best",
     type=POSITIVE,
@@ -118,7 +129,11 @@ def attention(
         click.echo(f"viewer: {html_path}")
 
 
-@click.command(cls=Deferred, later=_kind_option())
+@click.command(
+    cls=Deferred,
+    later=_kind_option("Which attention the calculation is of."),
+    short_help="Print one attention calculation, with real numbers.",
+)
 @click.argument("model_dir", type=DIRECTORY)
 @click.argument("sentence")
 @click.option("--layer", type=int, default=None, help="Layer (from 1) [default: the last].")
@@ -154,10 +169,10 @@ def explain(model_dir, sentence, kind, layer, head, position, html_path) -> None
         click.echo(f"viewer: {html_path}")
 
 
-@click.command()
-@click.option("--d-model", default=128, show_default=True)
-@click.option("--length", default=50, show_default=True)
-@picture_option(required=True)
+@click.command(short_help="Draw the sinusoidal positional encodings.")
+@click.option("--d-model", default=128, show_default=True, help="Width of each encoding (columns).")
+@click.option("--length", default=50, show_default=True, help="Positions drawn (rows).")
+@picture_option("The picture to write (format from the suffix: .png, .svg or .pdf).", True)
 def positional(d_model, length, picture) -> None:
     """Draw the sinusoidal positional-encoding matrix."""
     from heedful.visualize.positional import plot_positional
@@ -166,9 +181,9 @@ def positional(d_model, length, picture) -> None:
     click.echo(f"positional encoding: {picture}")
 
 
-@click.command()
+@click.command(short_help="Plot loss, BLEU and learning rate of runs.")
 @click.argument("run_dirs", nargs=-1, required=True, type=DIRECTORY)
-@picture_option(required=True)
+@picture_option("The picture to write (format from the suffix: .png, .svg or .pdf).", True)
 def curves(run_dirs, picture) -> None:
     """Plot loss, validation BLEU and learning rate of one or more runs."""
     from pathlib import Path

@@ -1,4 +1,5 @@
-"""Commands that run a model on text: translate, evaluate, serve."""
+"""`heedful translate`: a model run on lines of text, from a file or as they arrive on stdin
+(translate_input.py says which, and in what pieces)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,12 @@ import sys
 import click
 
 from heedful.cli.options import (
-    DIRECTORY,
     FILE,
     POSITIVE,
     Deferred,
-    limit_options,
     runtime_options,
     search_options,
 )
-from heedful.config import MAX_LINE_BYTES
 
 
 def _translate_options() -> list[click.Parameter]:
@@ -62,7 +60,11 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
     return {"sample": True, **given} if sample else {}
 
 
-@click.command(cls=Deferred, later=_translate_options)
+@click.command(
+    cls=Deferred,
+    later=_translate_options,
+    short_help="Translate lines of text, one output line each.",
+)
 @click.argument("model_dirs", metavar="MODEL_DIR...", nargs=-1, required=True, type=click.Path())
 @click.option(
     "-i",
@@ -70,7 +72,8 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
     "input_path",
     type=FILE,
     default=None,
-    help="Read sentences from FILE instead of stdin.",
+    help="Read sentences from FILE (read whole, batched by length) instead of stdin "
+    "(translated as lines arrive); - is stdin.",
 )
 @click.option(
     "-o",
@@ -78,7 +81,7 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
     "output_path",
     type=FILE,
     default=None,
-    help="Write translations to FILE instead of stdout.",
+    help="Write translations to FILE instead of stdout (- is stdout).",
 )
 @click.option(
     "--n-best",
@@ -109,43 +112,82 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
 @search_options
 @sampling_options
 def translate(
-    model_dirs, input_path, output_path, n_best, prefix_path, target, source, num_beams,
-    batch_size, engine, quantize, max_chars, **sampling,
-) -> None:  # fmt: skip
+    model_dirs,
+    input_path,
+    output_path,
+    n_best,
+    prefix_path,
+    target,
+    source,
+    num_beams,
+    batch_size,
+    engine,
+    quantize,
+    max_chars,
+    **sampling,
+) -> None:
     """Translate raw lines, one per line, in order (empty lines stay empty).
 
     Stdin and -i FILE are read alike: UTF-8, split on \\n only (a \\r\\n ending counts as
-    one, the last line needs none; form feeds and U+2028 stay inside their line). Several
-    MODEL_DIRs translate as one ensemble: their log-probabilities averaged at every step (their
-    vocabularies must be equal; an RNN and a Transformer may be mixed).
+    one, the last line needs none; form feeds and U+2028 stay inside their line). A file is
+    read whole and batched by length; stdin is translated as it arrives, each output line
+    written as soon as it is done, so translate can sit in a pipe (with --seed or --prefix
+    FILE stdin is read whole first: their outputs must not depend on what arrived together).
+    Several MODEL_DIRs translate as one ensemble: their log-probabilities averaged at every
+    step (their vocabularies must be equal; an RNN and a Transformer may be mixed).
     """
     from heedful.cli.caption import caption_images, image_arguments
+    from heedful.cli.translate_input import pieces
     from heedful.config import beams_for
 
     images = image_arguments(model_dirs)  # an image model: MODEL_DIR image.png ... (caption.py)
     if images is not None:
+        output_path = None if output_path == "-" else output_path
         return caption_images(model_dirs[0], images, num_beams, n_best, batch_size, output_path)
     settings = _sampling_settings(**sampling)
     if engine != "torch" and (settings or prefix_path):
         raise click.UsageError(f"--sample and --prefix need the torch engine, not {engine}")
     translator = _load(model_dirs, engine, quantize)
-    lines = _read_lines(input_path, max_chars)
-    lines, prefixes = _prefixes(lines, prefix_path, max_chars)
-    lines = _directed(model_dirs[0], lines, target, source)
+    direct = director(model_dirs[0], target, source)
     beams = beams_for(num_beams or translator.generation.num_beams, n_best)
-    if prefixes is not None:
-        settings["prefixes"] = prefixes
-    results = translator.translate(
-        lines, num_beams=beams, n_best=n_best, batch_size=batch_size, **settings
-    )
-    rows = ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
-    text = "".join(row + "\n" for row in rows)
-    if output_path:
-        from pathlib import Path
+    whole = prefix_path not in (None, "tsv") or "seed" in settings
+    with _Output(output_path) as output:
+        for first, lines in pieces(input_path, max_chars, batch_size, whole):
+            lines, prefixes = _prefixes(lines, first, prefix_path, max_chars)
+            if prefixes is not None:
+                settings["prefixes"] = prefixes
+            results = translator.translate(
+                direct(lines), num_beams=beams, n_best=n_best, batch_size=batch_size, **settings
+            )
+            rows = ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
+            output.write(rows)  # n-best alternatives tab-separated
 
-        Path(output_path).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+
+class _Output:
+    """Where the translations go: stdout, or a file opened when the first piece is done (a
+    command that fails before leaves an existing file as it was); flushed after every piece,
+    so that a reader on the other end of a pipe has each line as soon as it is translated."""
+
+    def __init__(self, path: str | None):
+        self.path = None if path == "-" else path
+        self.file = None
+
+    def __enter__(self) -> _Output:
+        return self
+
+    def write(self, rows: list[str]) -> None:
+        if self.file is None and self.path is None:
+            self.file = sys.stdout
+        elif self.file is None:
+            self.file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed on exit)
+        self.file.write("".join(row + "\n" for row in rows))
+        self.file.flush()
+
+    def __exit__(self, error_type, *_) -> None:
+        if error_type is None and self.file is None:
+            self.write([])  # no input at all: an empty file, as an empty -i FILE gives
+        if self.file is not None and self.file is not sys.stdout:
+            self.file.close()
 
 
 def _load(model_dirs: tuple[str, ...], engine: str, quantize: str | None):
@@ -161,51 +203,27 @@ def _load(model_dirs: tuple[str, ...], engine: str, quantize: str | None):
     return load_ensemble(model_dirs, quantize=quantize)
 
 
-def _directed(model_dir: str, lines: list[str], target, source) -> list[str]:
-    """The lines as the model reads them into --target: after its token for a multilingual
-    model (data/languages.py); a pair it does not translate is an error naming its pairs."""
+def director(model_dir: str, target, source):
+    """What puts lines as the model reads them into --target: after its token for a
+    multilingual model (data/languages.py). A pair it does not translate is an error naming
+    its pairs, said now, before any input is read."""
     from heedful.data.languages import source_texts
     from heedful.translator import directions
 
     pairs, tokens = directions(model_dir)
     if not tokens and target is None and source is None:
-        return lines
-    return source_texts(lines, pairs, tokens, target, source)
+        return list
+    source_texts([], pairs, tokens, target, source)  # the check alone
+    return lambda lines: source_texts(lines, pairs, tokens, target, source)
 
 
-def _regular_file(path, option: str) -> None:
-    """A FIFO would block until something writes to it (for ever, if nothing does), a device
-    or a directory is no file of lines: refused by name before opening (issue 26)."""
-    import stat
-
-    try:
-        mode = path.stat().st_mode
-    except OSError:  # missing or unreadable: the reader says which
-        return
-    if not stat.S_ISREG(mode):
-        kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory"}
-        kind = kinds.get(stat.S_IFMT(mode), "a device or socket")
-        raise click.ClickException(
-            f"{option} {path}: {kind}, not a regular file; give a file, one line per input line"
-        )
-
-
-def _line_limit(max_chars: int):
-    """The bytes a line is read to before it is refused: 4 per --max-chars character (UTF-8's
-    longest) and 16 MiB at least, so that a line a little over --max-chars is still counted
-    for its message, and /dev/zero (no line end at all) is stopped, never held whole."""
-    from heedful.data.lines import MAX_LINE_BYTES, LineLimit
-
-    setting = "--max-chars (a line may have 4 bytes per character, and 16 MiB whatever it is)"
-    return LineLimit(max(MAX_LINE_BYTES, 4 * max_chars), setting)
-
-
-def _prefixes(lines: list[str], prefix_path: str | None, max_chars: int):
-    """The lines to translate and their prefixes (None when there are none)."""
+def _prefixes(lines: list[str], first: int, prefix_path: str | None, max_chars: int):
+    """The lines to translate and their prefixes (None when there are none); `first` is the
+    number of lines[0] in the input."""
     if prefix_path is None:
         return lines, None
     if prefix_path == "tsv":
-        for number, line in enumerate(lines, start=1):
+        for number, line in enumerate(lines, start=first):
             if line and line.count("\t") != 1:
                 raise click.ClickException(
                     f"--prefix tsv: input line {number} has {line.count(chr(9))} tabs; each "
@@ -215,156 +233,14 @@ def _prefixes(lines: list[str], prefix_path: str | None, max_chars: int):
         return [s for s, _ in pairs], [p for _, p in pairs]
     from pathlib import Path
 
+    from heedful.cli.translate_input import line_limit, regular_file
     from heedful.data.corpus import read_lines
 
-    _regular_file(Path(prefix_path), "--prefix")
-    prefixes = read_lines(Path(prefix_path), "--prefix", _line_limit(max_chars))
+    regular_file(Path(prefix_path), "--prefix")
+    prefixes = read_lines(Path(prefix_path), "--prefix", line_limit(max_chars))
     if len(prefixes) != len(lines):
         raise click.ClickException(
             f"--prefix {prefix_path} has {len(prefixes)} lines for {len(lines)} input lines; "
             "give one per line (an empty line: no prefix)"
         )
     return lines, prefixes
-
-
-def _read_lines(path: str | None, max_chars: int) -> list[str]:
-    """The lines to translate: stdin read exactly as a file is (data/corpus.py's line rules,
-    strict UTF-8), the whole input refused when a line is longer than max_chars (0: no limit).
-
-    A long line is an error, not a skipped line: output line N stays the translation of input
-    line N, and an exit status is harder to miss than one refusal among many outputs.
-    """
-    from pathlib import Path
-
-    from heedful.data.corpus import read_lines, split_lines
-
-    limit = _line_limit(max_chars)  # read in bounded pieces: /dev/zero is an error, not memory
-    if path is None:
-        lines = split_lines(sys.stdin.buffer, "<stdin>", "input", limit)
-    else:
-        lines = read_lines(Path(path), "--input", limit)
-    for number, line in enumerate(lines, start=1):
-        if max_chars and len(line) > max_chars:
-            raise click.ClickException(
-                f"{path or '<stdin>'}: line {number} has {len(line):,} characters, more than "
-                f"--max-chars {max_chars:,}; split it, or raise --max-chars (0: no limit)"
-            )
-    return lines
-
-
-def _evaluation_reader(src_path, ref_path, jsonl_path, fields: str, max_line_bytes: int):
-    """What reads the (source, reference) pairs, from --src and --ref or from --jsonl's two
-    --fields; the options are checked now, the files read when it is called."""
-    from functools import partial
-    from pathlib import Path
-
-    from heedful.data.corpus import LineLimit, read_jsonl, read_parallel
-
-    limit = LineLimit(max_line_bytes, "--max-line-bytes")
-    ctx = click.get_current_context()
-    if jsonl_path is None:
-        if src_path is None or ref_path is None:
-            raise click.UsageError("give --src and --ref (aligned files), or --jsonl", ctx)
-        return partial(read_parallel, Path(src_path), Path(ref_path), "--src", "--ref", limit=limit)
-    if src_path is not None or ref_path is not None:
-        raise click.UsageError("--jsonl holds the sources and references: leave out --src and "
-                               "--ref", ctx)  # fmt: skip
-    names = fields.split(",")
-    if len(names) != 2 or not all(names):
-        raise click.BadParameter(f"expected two names with a comma between, got {fields!r}",
-                                 ctx, param_hint="--fields")  # fmt: skip
-    return partial(read_jsonl, Path(jsonl_path), "--jsonl", *names, limit=limit)
-
-
-@click.command(cls=Deferred, later=runtime_options)
-@click.argument("model_dir", type=DIRECTORY)
-@click.option("--src", "src_path", type=FILE, help="Source lines, aligned with --ref.")
-@click.option("--ref", "ref_path", type=FILE, help="Reference lines.")
-@click.option(
-    "--jsonl",
-    "jsonl_path",
-    type=FILE,
-    help="Instead of --src and --ref: a JSON Lines file of both (summarization test sets).",
-)
-@click.option(
-    "--fields",
-    default="document,summary",
-    show_default=True,
-    help="--jsonl's source and reference fields (CNN/DailyMail: article,highlights).",
-)
-@click.option(
-    "--output",
-    "output_path",
-    type=FILE,
-    default=None,
-    help="Also write the translations to FILE.",
-)
-@click.option(
-    "--metric",
-    type=click.Choice(["bleu", "rouge"]),
-    default="bleu",
-    show_default=True,
-    help="bleu: BLEU, chrF and TER; rouge: ROUGE-1/2/L F1 (rouge-score, for summaries) too.",
-)
-@click.option("--target", default=None, help="Language to write, for a multilingual model.")
-@click.option(
-    "--max-line-bytes",
-    type=POSITIVE,
-    default=MAX_LINE_BYTES,
-    show_default=True,
-    help="Longest line of --src, --ref or --jsonl, in bytes; a longer one is an error.",
-)
-@search_options
-def evaluate(
-    model_dir, src_path, ref_path, jsonl_path, fields, output_path, metric, target,
-    max_line_bytes, num_beams, batch_size, engine, quantize,
-) -> None:  # fmt: skip
-    """Translate --src and score it against --ref: BLEU, chrF, TER (with --metric rouge also
-    ROUGE-1/2/L) and BLEU per source length."""
-    from pathlib import Path
-
-    from heedful.evaluation import bleu_by_length, corpus_scores, format_length_table
-    from heedful.runtime import load_translator
-
-    if metric == "rouge":  # before any translating: say now if the package is missing
-        from heedful.evaluation import require_rouge, rouge_scores
-
-        require_rouge()
-    read_pairs = _evaluation_reader(src_path, ref_path, jsonl_path, fields, max_line_bytes)
-    translator = load_translator(model_dir, engine, quantize)
-    pairs = read_pairs()
-    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
-    read = _directed(model_dir, sources, target, None)  # after <2xx> for a multilingual model
-    outputs = [
-        t.text for t in translator.translate(read, num_beams=num_beams, batch_size=batch_size)
-    ]
-    if output_path:
-        Path(output_path).write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
-    click.echo(str(corpus_scores(outputs, references)))
-    if metric == "rouge":
-        click.echo(str(rouge_scores(outputs, references)))
-    click.echo(format_length_table(bleu_by_length(sources, outputs, references)))
-
-
-@click.command(cls=Deferred, later=lambda: [*runtime_options(), *limit_options()])
-@click.argument("model_dirs", metavar="MODEL_DIR...", nargs=-1, required=True, type=DIRECTORY)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, help="Port to listen on.")
-@click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
-)
-@click.option("--access-log/--no-access-log", default=False, help="Log every request.")
-def serve(model_dirs, host, port, log_level, access_log, engine, quantize, **limits) -> None:
-    """Serve MODEL_DIR over HTTP: LibreTranslate's POST /translate, /languages, a web page at /.
-
-    Several MODEL_DIRs (or one multilingual model) serve every language pair they have, each
-    request going to the model of its source and target; two models of one pair are an error.
-    """
-    from heedful.server import ServerLimits
-    from heedful.server import serve as run_server
-
-    dirs = model_dirs[0] if len(model_dirs) == 1 else list(model_dirs)
-    run_server(dirs, host, port, ServerLimits(**limits), log_level, access_log, engine, quantize)

@@ -161,3 +161,11 @@ def split_lines(stream, path: str | Path, key: str, limit: LineLimit = DEFAULT_L
     """read_lines for a stream already open (standard input) or bytes; `path` names them."""
     stream = io.BytesIO(stream) if isinstance(stream, bytes) else stream
     return list(_lines(stream, Path(path), key, False, limit))
+
+
+def iter_stream_lines(
+    stream, path: str | Path, key: str, limit: LineLimit = DEFAULT_LIMIT
+) -> Iterator[str]:
+    """iter_lines for a stream already open (standard input), one line at a time, each as soon
+    as its ending has been read: what lets `heedful translate` sit in a pipe."""
+    return _lines(stream, Path(path), key, False, limit)
