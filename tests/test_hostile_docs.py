@@ -22,6 +22,7 @@ from server import test_caption_upload as caption_upload
 from server import test_decoding_fields as decoding_fields
 from server import test_hostile as server
 from server import test_hostile_deadlines as deadlines
+from server import test_lt_hostile as lt_hostile
 from visualize import test_hostile_image_traces as image_traces
 from visualize import test_hostile_traces as traces
 
@@ -69,6 +70,12 @@ def test_the_documented_counts_are_the_tables():
         "`tests/test_frozen_features.py` (`HOSTILE`": len(frozen_features.HOSTILE),
         "`tests/server/test_hostile_deadlines.py` (`CASES`": len(deadlines.CASES),
         "`tests/test_hostile_lines.py` (`CASES`": len(lines.CASES),
+        "`tests/server/test_lt_hostile.py` (`HTML_ROWS`": len(lt_hostile.HTML_ROWS)
+        + len(lt_hostile.HTML_REFUSED)
+        + len(lt_hostile.FILE_ROWS)
+        + len(lt_hostile.BODY_ROWS)
+        + len(lt_hostile.DOWNLOAD_ROWS)
+        + lt_hostile.EXTRA,
     }
     for start, n in expected.items():
         [row] = [name for name in counts if name.startswith(start)]

@@ -109,7 +109,9 @@ class InProcessServer:
             return False
 
     def health(self) -> dict:
-        return requests.get(self.url + "/health", timeout=10).json()
+        """The server's counters (in_flight, requests, ...): GET /ready, /health being
+        LibreTranslate's bare {"status": "ok"}."""
+        return requests.get(self.url + "/ready", timeout=10).json()
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -152,7 +154,9 @@ class Server:
         return requests.post(self.url + "/translate", json=body, timeout=60)
 
     def health(self) -> dict:
-        return requests.get(self.url + "/health", timeout=10).json()
+        """The server's counters (in_flight, requests, ...): GET /ready, /health being
+        LibreTranslate's bare {"status": "ok"}."""
+        return requests.get(self.url + "/ready", timeout=10).json()
 
     def stop(self) -> int:
         if self.process.poll() is None:

@@ -348,9 +348,13 @@ CASES = [
     ),
     # row 0: the usual hostile table for the fields of /translate and /detect
     # ... empty
-    pytest.param(json_post("/translate", b""), 400, "missing field q", id="row0-empty-body"),
-    pytest.param(json_post("/detect", b""), 400, "missing field q", id="row0-detect-empty-body"),
-    pytest.param(json_post("/translate", b"{}"), 400, "missing field q", id="row0-empty-object"),
+    pytest.param(json_post("/translate", b""), 400, "missing q parameter", id="row0-empty-body"),
+    pytest.param(
+        json_post("/detect", b""), 400, "missing q parameter", id="row0-detect-empty-body"
+    ),
+    pytest.param(
+        json_post("/translate", b"{}"), 400, "missing q parameter", id="row0-empty-object"
+    ),
     pytest.param(
         json_post("/translate", b'{"q": "", "source": "src", "target": "tgt"}'), 400,
         "q is empty", id="row0-empty-q",

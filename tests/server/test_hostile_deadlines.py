@@ -239,7 +239,7 @@ CASES = [
                  id="never-reads-streamed-file-dropped"),
     pytest.param(byte_at_a_time, 0, "dropped", id="byte-at-a-time-dropped"),
     # every connection busy with a request in flight: probes still answer
-    pytest.param(during_busy_connections("GET", "/health"), 200, '"in_flight":4',
+    pytest.param(during_busy_connections("GET", "/ready"), 200, '"in_flight":4',
                  id="busy-connections-health"),
     pytest.param(during_busy_connections("HEAD", "/ready"), 200, "", id="busy-connections-ready"),
     pytest.param(during_busy_connections("POST", "/translate", GOOD), 503,

@@ -133,9 +133,14 @@ def test_null_numbers_are_taken_as_absent_which_the_schema_does_not_say():
 def test_the_query_parameters_are_the_fields_with_their_schemas():
     openapi = TRANSLATE.openapi()
     body = openapi["requestBody"]["content"]["application/json"]["schema"]
-    assert openapi["requestBody"]["content"]["application/x-www-form-urlencoded"] == {
-        "schema": body
-    }
+    form = openapi["requestBody"]["content"]["application/x-www-form-urlencoded"]["schema"]
+    # the same, but that a form's list of texts holds no blank one (q=a is a list of one text
+    # as much as the text alone, which must not be blank); JSON's may (issue 29)
+    text, listed = form["properties"]["q"]["anyOf"]
+    assert listed["items"] == text
+    as_json = {**listed, "items": body["properties"]["q"]["anyOf"][1]["items"]}
+    q = {"anyOf": [text, as_json]}
+    assert {**form, "properties": {**form["properties"], "q": q}} == body
     parameters = {p["name"]: p["schema"] for p in openapi["parameters"]}
     assert list(parameters) == list(body["properties"]) == [f.name for f in TRANSLATE.fields]
     for name, schema in parameters.items():  # a list q is q repeated: one value is a string

@@ -1,4 +1,5 @@
 """The application: routes, JSON errors, loading the model in the background, `heedful serve`.
+LibreTranslate's other routes and CORS are added from libre.py.
 
 Errors are JSON `{"error": "message"}`: 400 bad input, 408 body too slow, 413 body too large,
 415 neither JSON nor a form, 503 saturated or still loading, 504 over the time limit. A request
@@ -18,11 +19,13 @@ from heedful.server.body import read_fields
 from heedful.server.connections import uvicorn_config
 from heedful.server.docs import ASSETS, assets_dir, swagger_page
 from heedful.server.images import add_caption_route
+from heedful.server.libre import add_cors, add_libretranslate_routes
 from heedful.server.limits import DEFAULT_LIMITS, ApiError, ServerLimits
-from heedful.server.models import Routes, in_flight, load, model_state
+from heedful.server.models import Routes, load, model_state
 from heedful.server.models import ready as _ready
 from heedful.server.openapi import answer_schemas, responses
 from heedful.server.page import index_page
+from heedful.server.pipeline import detected, documents, translate_documents
 from heedful.server.schema import (
     RequestSchema,
     detect_request,
@@ -30,7 +33,7 @@ from heedful.server.schema import (
     parse_request,
     translate_request,
 )
-from heedful.server.service import Job, response_body
+from heedful.server.service import response_body
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,8 @@ def create_app(
     add_caption_route(app, states)  # images.py: POST /caption, for an image model
     _add_status_routes(app, routes)
     _add_docs_routes(app)
+    add_libretranslate_routes(app, routes, translate_schema(routes))  # libre.py
+    add_cors(app, limits)
     return app
 
 
@@ -131,31 +136,22 @@ def _version() -> str:
 
 
 async def _translate(routes: Routes, schema: RequestSchema, request) -> bytes:
-    """A /translate request's answer: read, checked, routed to the model of its pair, queued
-    for that model's batcher, written."""
+    """A /translate request's answer: read, checked, its texts read into documents, routed to
+    the model of its pair, queued for that model's batcher, put together, written
+    (pipeline.py)."""
     if len(routes.states) == 1:  # one model: 503 before the body, while it loads
         _ready(routes.states[0])
     limits = routes.states[0].limits
     fields = await read_fields(request, limits, schema)
     parsed, *shadowed = [parse_request(data, schema) for data in fields.readings()]
-    state, parsed = routes.route(parsed, schema)
-    service = _ready(state)
-    searches, attention = service.plan(parsed)
-    for other in shadowed:  # a query value the body overrides must be valid all the same
-        service.plan(routes.route(other, schema)[1])
-    future = asyncio.get_running_loop().create_future()
-    with in_flight(state):
-        try:
-            outputs = await asyncio.wait_for(
-                state.batcher.submit(Job(parsed.texts, searches, attention, future)),
-                limits.request_timeout,
-            )
-        except asyncio.TimeoutError:
-            raise ApiError(
-                504,
-                f"the request took longer than {limits.request_timeout:g} s (--request-timeout)",
-            ) from None
-    return response_body(parsed, outputs)
+    docs = documents(parsed)
+    outputs = await translate_documents(routes, schema, parsed, docs, tuple(shadowed))
+    return response_body(parsed, outputs, detected(parsed, routes))
+
+
+def translate_schema(routes: Routes) -> RequestSchema:
+    state = routes.states[0]
+    return translate_request(state.limits, state.languages, routes.pairs)
 
 
 def _add_translation_routes(app, routes: Routes) -> None:
@@ -164,17 +160,18 @@ def _add_translation_routes(app, routes: Routes) -> None:
 
     state, sources = routes.states[0], routes.sources()
     answers = answer_schemas(sources[0] if len(sources) == 1 else sources)
-    translate_schema = translate_request(state.limits, state.languages, routes.pairs)
+    schema = translate_schema(routes)
     detect_schema = detect_request(state.limits)
 
     @app.post(
         "/translate",
         responses=responses(answers["TranslateResponse"]),
-        openapi_extra=translate_schema.openapi(),
+        openapi_extra=schema.openapi(),
     )
     async def translate(request: Request):
-        """Translate `q` (a string, or a list of strings) from `source` to `target`."""
-        body = await _translate(routes, translate_schema, request)
+        """Translate `q` (a string, or a list of strings) from `source` to `target`; with
+        format html, the text of an HTML document, its markup kept."""
+        body = await _translate(routes, schema, request)
         return Response(body, media_type="application/json")
 
     @app.post(
@@ -216,24 +213,26 @@ def _add_status_routes(app, routes: Routes) -> None:
 
     @_get(app, "/health", responses=responses(answers["Health"], ()))
     async def health():
-        """Alive; with how many requests are in flight and how they were batched."""
-        loaded = all(s.service is not None for s in states)
-        counts = {"status": "ok", "ready": loaded, "in_flight": sum(s.in_flight for s in states)}
-        stats = [vars(s.batcher.stats) for s in states]
-        largest = {"largest_batch": max(s["largest_batch"] for s in stats)}
-        return JSONResponse(counts | {k: sum(s[k] for s in stats) for k in stats[0]} | largest)
+        """Alive: LibreTranslate's answer, {"status": "ok"}, which its clients and tests
+        expect as it is; the model's state and the batcher's counters are at /ready."""
+        return JSONResponse({"status": "ok"})
 
     @_get(app, "/ready", responses=responses(answers["Ready"], (503,)))
     async def ready():
-        """200 once the model is loaded and translating; 503 before."""
+        """200 once the model is loaded and translating, with how many requests are in
+        flight and how they were batched; 503 before."""
         for s in states:
             _ready(s)  # 503 until every model has loaded
         if len(routes.pairs) == 1:
-            return JSONResponse(
-                {"status": "ready", "model": state.model_dir.name, "languages": [*state.languages]}
-            )
-        models = [{"model": s.model_dir.name, "pairs": [[*p] for p in s.pairs]} for s in states]
-        return JSONResponse({"status": "ready", "models": models})
+            status = {"model": state.model_dir.name, "languages": [*state.languages]}
+        else:
+            models = [{"model": s.model_dir.name, "pairs": [[*p] for p in s.pairs]} for s in states]
+            status = {"models": models}
+        stats = [vars(s.batcher.stats) for s in states]
+        counts = {"in_flight": sum(s.in_flight for s in states)}
+        counts |= {k: sum(s[k] for s in stats) for k in stats[0]}
+        counts["largest_batch"] = max(s["largest_batch"] for s in stats)
+        return JSONResponse({"status": "ready", **status, **counts})
 
     @_get(app, "/", include_in_schema=False)
     async def index():
@@ -314,9 +313,14 @@ def serve(
     app = create_app(model_dir, limits, on_load_error, engine, quantize)
     _uvicorn_logging()
     config = uvicorn_config(
-        app, limits, host=host, port=port, log_level=log_level, access_log=access_log,
+        app,
+        limits,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=access_log,
         log_config=None,
-    )  # fmt: skip
+    )
     server.append(uvicorn.Server(config))
     server[0].run()
     if failed.is_set():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+from heedful.server.fields import is_blank
 from heedful.server.limits import ApiError, ServerLimits
 from heedful.server.schema import MAX_FIELDS, RequestSchema
 
@@ -83,6 +84,13 @@ def _form_fields(pairs) -> dict[str, Any]:
             data["q"] = (data["q"] if isinstance(data["q"], list) else [data["q"]]) + [value]
         else:
             data[key] = value
+    for i, text in enumerate(data["q"] if isinstance(data.get("q"), list) else ()):
+        if is_blank(text):  # a list of one text is that text here, and q alone is not blank
+            raise ApiError(
+                400,
+                f"q[{i}] is empty: there is nothing to translate (a list with a blank text "
+                "can be sent as JSON)",
+            )
     return data
 
 
@@ -110,7 +118,7 @@ def _not_a_number(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _json_object(body: bytes) -> dict:
+def json_object(body: bytes) -> dict:
     """A JSON object, strictly: UTF-8 (RFC 8259 §8.1), and no NaN or Infinity, which Python
     would read but JSON does not have."""
     try:
@@ -126,7 +134,7 @@ def _json_object(body: bytes) -> dict:
     return data
 
 
-def _media_type(headers) -> str:
+def media_type(headers) -> str:
     """The Content-Type without its parameters; a charset other than UTF-8 is refused (415)
     rather than read as UTF-8 and misunderstood."""
     kind, *parameters = headers.get("content-type", "").split(";")
@@ -155,9 +163,9 @@ async def _multipart(headers, body: bytes) -> dict:
 
 async def decode_body(headers, body: bytes, schema: RequestSchema) -> dict:
     """The body's fields: a JSON object, or a form's fields typed by `schema`."""
-    kind = _media_type(headers)
+    kind = media_type(headers)
     if kind in ("", "application/json") or kind.endswith("+json"):
-        fields = _json_object(body)
+        fields = json_object(body)
     elif kind == "application/x-www-form-urlencoded":
         fields = schema.typed(_urlencoded(body, "form"))
     elif kind == "multipart/form-data":

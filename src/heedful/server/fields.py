@@ -32,6 +32,11 @@ def shown(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def is_blank(text: str) -> bool:
+    """Nothing to translate: no character but whitespace (Python's or JSON Schema's)."""
+    return re.search(NOT_BLANK, text) is None
+
+
 def check_characters(where: str, text: str) -> None:
     """Text as the CLI reads it: valid Unicode (JSON's "\\ud800" decodes to a lone surrogate)
     and no NUL, which no text holds (data/corpus.py refuses it in every file and on stdin:
@@ -56,8 +61,10 @@ class Field(Protocol):
 
 @dataclass(frozen=True)
 class Texts:
-    """A text, or a list of texts: each with a character that is not blank, valid Unicode,
-    at most `max_chars` long; a list of 1 to `max_items` of them."""
+    """A text, or a list of texts: valid Unicode, at most `max_chars` long; a list of 1 to
+    `max_items` of them. A text alone needs a character that is not blank; in a list a blank
+    text is answered as it came (LibreTranslate translates a batch item by item, and an empty
+    string comes back empty) rather than refusing the whole list."""
 
     name: str
     max_chars: int
@@ -66,17 +73,22 @@ class Texts:
     def query_schema(self) -> dict:  # a list is the field repeated: ?q=a&q=b
         return {"type": "string", "minLength": 1, "maxLength": self.max_chars, "pattern": TEXT}
 
-    def schema(self) -> dict:
+    def schema(self, blank_items: bool = True) -> dict:
         text = self.query_schema()
-        listed = {"type": "array", "items": text, "minItems": 1, "maxItems": self.max_items}
+        item = {"type": "string", "maxLength": self.max_chars, "pattern": NO_NUL}
+        item = item if blank_items else text
+        listed = {"type": "array", "items": item, "minItems": 1, "maxItems": self.max_items}
         return {"anyOf": [text, listed]}
+
+    def form_schema(self) -> dict:
+        """In a form, a list of one text reads as that text (q=a), so its items are texts as
+        q alone is: not blank (body.py refuses a blank one)."""
+        return self.schema(blank_items=False)
 
     def read(self, data: dict) -> tuple[list[str], bool]:
         """The texts, and whether they came as a list (the answer is then a list too)."""
-        if self.name not in data:
-            raise ApiError(
-                400, f"missing field {self.name}: the text to translate (a string or a list)"
-            )
+        if self.name not in data:  # LibreTranslate's words: its clients and tests match them
+            raise ApiError(400, f"Invalid request: missing {self.name} parameter")
         value = data[self.name]
         is_list = isinstance(value, list)
         texts = value if is_list else [value]
@@ -88,13 +100,13 @@ class Texts:
                 f"{self.name} has {len(texts)} texts; the limit is {self.max_items} (--max-items)",
             )
         for i, text in enumerate(texts):
-            self._check(f"{self.name}[{i}]" if is_list else self.name, text)
+            self._check(f"{self.name}[{i}]" if is_list else self.name, text, is_list)
         return texts, is_list
 
-    def _check(self, where: str, text: Any) -> None:
+    def _check(self, where: str, text: Any, in_list: bool) -> None:
         if not isinstance(text, str):
             raise ApiError(400, f"{where} must be a string, got {type(text).__name__}")
-        if re.search(NOT_BLANK, text) is None:
+        if not in_list and is_blank(text):
             raise ApiError(400, f"{where} is empty: there is nothing to translate")
         check_characters(where, text)
         if len(text) > self.max_chars:
@@ -146,9 +158,9 @@ class Choice:
     def read(self, data: dict) -> str:
         value = data.get(self.name, self.enum[0])
         if value not in self.enum:
-            raise ApiError(
-                400, f"{self.name} {str(value)[:20]!r} is not supported; use {self.enum[0]!r}"
-            )
+            choices = " or ".join(repr(choice) for choice in self.enum)
+            message = f"{self.name} {str(value)[:20]!r} is not supported; use {choices}"
+            raise ApiError(400, message)
         return value
 
 
@@ -169,6 +181,23 @@ class Text:
         return value
 
 
+def _digits(maximum: int) -> str:
+    """The regex of the decimal texts (no sign, spaces or leading zeros) of the whole numbers
+    from 0 to `maximum`: the JSON Schema of a number given as text. from_text reads those and
+    a few more spellings (" 2", "+2", "02")."""
+    top = str(min(maximum, 999_999_999))  # from_text reads at most 9 digits
+    if len(top) == 1:
+        return f"^[0-{top}]$"
+    shorter = ["0", r"[1-9]\d{0," + str(len(top) - 2) + "}"]  # fewer digits than top
+    same = []  # as long as top: a prefix of top, then a smaller digit, then any digits
+    for i, digit in enumerate(top):
+        lowest = 1 if i == 0 else 0  # no leading zero
+        if int(digit) > lowest:
+            rest = r"\d" * (len(top) - i - 1)
+            same.append(f"{top[:i]}[{lowest}-{int(digit) - 1}]{rest}")
+    return "^(" + "|".join([*shorter, *same, top]) + ")$"
+
+
 @dataclass(frozen=True)
 class Integer:
     """A whole number from `minimum` to `maximum`, a limit of the server named by `flag`.
@@ -183,11 +212,16 @@ class Integer:
     flag: str  # how the message names the limit: "--max-num-beams"
     default: int | None = None
     description: str | None = None
+    # the number may come as text in JSON too ("alternatives": "2"), as LibreTranslate reads
+    # it (int(value)); the schema then lists that spelling beside the integer
+    as_text: bool = False
 
     def schema(self) -> dict:
         schema = {"type": "integer", "minimum": self.minimum, "maximum": self.maximum}
         if self.default is not None:
             schema["default"] = self.default
+        if self.as_text:
+            schema = {"anyOf": [schema, {"type": "string", "pattern": _digits(self.maximum)}]}
         return schema | ({"description": self.description} if self.description else {})
 
     def from_text(self, value: str) -> int | str:
@@ -198,6 +232,8 @@ class Integer:
         value = data.get(self.name)
         if value is None:
             return self.default
+        if self.as_text and isinstance(value, str) and re.fullmatch(r"0|[1-9]\d{0,8}", value):
+            value = int(value)  # in JSON: the decimal spelling the schema's pattern has
         if isinstance(value, float) and value.is_integer():  # JSON Schema's integers include 3.0
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
@@ -283,9 +319,11 @@ class Prefix:
 
     name: str
     max_chars: int
+    description: str | None = None
 
     def schema(self) -> dict:
-        return {"type": "string", "maxLength": self.max_chars, "pattern": NO_NUL}
+        schema = {"type": "string", "maxLength": self.max_chars, "pattern": NO_NUL}
+        return schema | ({"description": self.description} if self.description else {})
 
     def read(self, data: dict) -> str | None:
         value = data.get(self.name, "")

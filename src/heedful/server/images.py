@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from heedful.server.body import _json_object, _media_type, read_timely_body
+from heedful.server.body import json_object, media_type, read_timely_body
 from heedful.server.limits import ApiError
 from heedful.server.models import in_flight
 from heedful.server.models import ready as _ready
@@ -98,7 +98,7 @@ async def _multipart(headers, body: bytes) -> tuple[dict, bytes | None]:
 async def read_upload(request, limits) -> tuple[bytes, dict]:
     """(the picture's bytes, the other fields) of a /caption request; 400, 413, 415 named."""
     body = await read_timely_body(request, limits)
-    kind = _media_type(request.headers)
+    kind = media_type(request.headers)
     if kind == "multipart/form-data":
         fields, data = await _multipart(request.headers, body)
         if data is None:
@@ -106,7 +106,7 @@ async def read_upload(request, limits) -> tuple[bytes, dict]:
     elif kind in ("", "application/json") or kind.endswith("+json"):
         if not body:
             raise ApiError(400, 'empty body: send the picture as JSON {"image": base64}')
-        fields = _json_object(body)
+        fields = json_object(body)
         if "image" not in fields:
             raise ApiError(400, "missing field image (the picture's file in base64)")
         data = _decoded(fields.pop("image"))
@@ -137,9 +137,12 @@ class ImageService:
         limit = min(source.transform.max_pixels, MAX_UPLOAD_PIXELS)
         self.transform = replace(source.transform, max_pixels=limit)
         self.captioner = Captioner(
-            translator.model, self.transform, translator.tgt_tokenizer, translator.generation,
+            translator.model,
+            self.transform,
+            translator.tgt_tokenizer,
+            translator.generation,
             translator.device,
-        )  # fmt: skip
+        )
         self.lock = threading.Lock()
 
     def answer(
@@ -208,7 +211,7 @@ _REQUEST = {
 
 
 async def _counted_until_done(state, job: tuple):
-    """job[0](*job[1:]) in a thread, counted in /health's in_flight (and against
+    """job[0](*job[1:]) in a thread, counted in /ready's in_flight (and against
     --max-in-flight) until the thread ends, not only until its client's 504: a caption past
     its deadline still holds the model, and the limits must say so. Run it as a task the
     request shields: a 504 or a client gone leaves the count to the thread's end."""
@@ -242,7 +245,7 @@ def add_caption_route(app, states) -> None:
         """Caption an uploaded picture (multipart field `file`, or JSON `image` in base64)."""
         service = _ready(state)
         data, fields = await read_upload(request, state.limits)
-        form = _media_type(request.headers) == "multipart/form-data"
+        form = media_type(request.headers) == "multipart/form-data"
         attention, beams = _options(fields, form, state.limits.max_num_beams)
         if not services:
             services.append(ImageService(service.translator))

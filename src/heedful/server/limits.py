@@ -14,8 +14,9 @@ def _limit(default, help: str):
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """What one request, and the server as a whole, may ask for. `heedful serve --help` lists
-    each field as a flag (max_chars -> --max-chars) with the help text below."""
+    """What one request, and the server as a whole, may ask for, and which web pages may ask
+    (cors_origins, the one field that is not a number). `heedful serve --help` lists each
+    field as a flag (max_chars -> --max-chars) with the help text below."""
 
     max_chars: int = _limit(1000, "Characters in one text; longer texts get 400.")
     max_items: int = _limit(64, "Texts in one request (q as a list); more get 400.")
@@ -57,9 +58,18 @@ class ServerLimits:
         "to read it; when neither is there, a request gets 503. GET and HEAD of /health and "
         "/ready have 8 connections more.",
     )
+    cors_origins: str = _limit(
+        "*",
+        "Origins whose web pages may call the API, comma-separated (https://a.example,"
+        "http://localhost:8080); * any, as LibreTranslate allows; an empty string none "
+        "(no CORS headers).",
+    )
 
     def __post_init__(self) -> None:
+        origins(self.cors_origins)  # a wrong origin fails at start, naming it
         for spec in fields(self):
+            if spec.name == "cors_origins":
+                continue
             value = getattr(self, spec.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"ServerLimits.{spec.name} must be a number, got {value!r}")
@@ -76,6 +86,30 @@ class ServerLimits:
                 f"ServerLimits.max_new_tokens must be at most {MAX_OUTPUT_OFFSET:,} (the largest "
                 f"output limit a search takes), got {self.max_new_tokens}"
             )
+
+
+def origins(setting: str) -> list[str]:
+    """The origins of --cors-origins: ["*"], [] (none), or each scheme://host[:port] as a
+    browser sends it in its Origin header (lower case, no path, no trailing slash)."""
+    if not isinstance(setting, str):
+        raise ValueError(f"ServerLimits.cors_origins must be text, got {setting!r}")
+    listed = [origin.strip() for origin in setting.split(",") if origin.strip()]
+    if listed == ["*"]:
+        return listed
+    for origin in listed:
+        scheme, sep, host = origin.partition("://")
+        if (
+            scheme not in ("http", "https")
+            or not sep
+            or not host
+            or "/" in host
+            or origin != origin.lower()
+        ):
+            raise ValueError(
+                f"ServerLimits.cors_origins: {origin[:60]!r} is not an origin: write "
+                "scheme://host[:port] in lower case, such as http://localhost:8080, or *"
+            )
+    return listed
 
 
 DEFAULT_LIMITS = ServerLimits()

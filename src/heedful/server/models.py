@@ -143,16 +143,7 @@ class Routes:
     def route(self, request: TranslateRequest, schema: RequestSchema):
         """(the model state, the request as it reads it: texts after the target token for a
         multilingual model); a pair no model has is a 400 naming those there are."""
-        source, target = request.source, request.target
-        if source == "auto":  # the one source that translates into target, if one
-            sources = [s for s, t in self.pairs if t == target]
-            if len(sources) > 1:
-                raise ApiError(
-                    400,
-                    f"source auto is ambiguous for target {target[:20]}: this server translates "
-                    f"{', '.join(f'{s}→{target}' for s in sources)}; name the source",
-                )
-            source = sources[0] if sources else source
+        source, target = self.source_of(request), request.target
         state = self.owner.get((source, target))
         if state is None:
             raise unsupported(request.source, target, schema["source"])
@@ -160,6 +151,21 @@ class Routes:
         if not state.target_tokens:
             return state, request
         return state, replace(request, texts=tagged(request.texts, target))
+
+    def source_of(self, request: TranslateRequest) -> str:
+        """The request's source; for auto, the one source that translates into its target
+        (if there is one: else auto, which no pair has)."""
+        source, target = request.source, request.target
+        if source != "auto":
+            return source
+        sources = [s for s, t in self.pairs if t == target]
+        if len(sources) > 1:
+            raise ApiError(
+                400,
+                f"source auto is ambiguous for target {target[:20]}: this server translates "
+                f"{', '.join(f'{s}→{target}' for s in sources)}; name the source",
+            )
+        return sources[0] if sources else source
 
     def languages(self) -> list[dict]:
         """LibreTranslate's /languages: each code the server reads or writes, with the codes

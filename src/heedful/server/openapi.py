@@ -23,27 +23,37 @@ _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"typ
 def answer_schemas(source: str | list[str]) -> dict[str, dict]:
     """The JSON Schema of each route's 200 answer, by name; `source` the language /detect
     finds (or the languages, on a server of several sources)."""
-    translated = {
-        "translatedText": {"anyOf": [{"type": "string"}, _STRINGS]},
-        "alternatives": {"anyOf": [_STRINGS, {"type": "array", "items": _STRINGS}]},
-        "attention": {
-            "description": "the attention trace of docs/trace-schema.md (a list for a list q)",
-            "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
-        },
-    }
     detection = {
         "language": {"type": "string", "enum": [source] if isinstance(source, str) else source},
         "confidence": {"type": "number", "minimum": 0, "maximum": 100},
     }
+    found = _object(["language", "confidence"], detection)
+    translated = {
+        "translatedText": {"anyOf": [{"type": "string"}, _STRINGS]},
+        "alternatives": {"anyOf": [_STRINGS, {"type": "array", "items": _STRINGS}]},
+        "detectedLanguage": {
+            "description": "with source auto (a list for a list q)",
+            "anyOf": [found, {"type": "array", "items": found}],
+        },
+        "attention": {
+            "description": "the attention trace of docs/trace-schema.md (a list for a list q, "
+            "null for a blank text: it was not translated)",
+            "anyOf": [
+                {"type": "object"},
+                {"type": "array", "items": {"anyOf": [{"type": "object"}, {"type": "null"}]}},
+            ],
+        },
+    }
     language = {"code": {"type": "string"}, "name": {"type": "string"}, "targets": _STRINGS}
-    health = {"status": {"type": "string"}, "ready": {"type": "boolean"}, "in_flight": _COUNT}
-    health |= dict.fromkeys(("requests", "sentences", "batches", "largest_batch"), _COUNT)
+    counts = {"in_flight": _COUNT}
+    counts |= dict.fromkeys(("requests", "sentences", "batches", "largest_batch"), _COUNT)
+    ready = {"status": {"type": "string"}, **counts}
     return {
         "TranslateResponse": _object(["translatedText"], translated),
-        "Detections": {"type": "array", "items": _object(["language", "confidence"], detection)},
+        "Detections": {"type": "array", "items": found},
         "Languages": {"type": "array", "items": _object(["code", "name", "targets"], language)},
-        "Health": _object(["status", "ready", "in_flight"], health),
-        "Ready": _object(["status"], {"status": {"type": "string"}}),
+        "Health": _object(["status"], {"status": {"type": "string", "enum": ["ok"]}}),
+        "Ready": _object(["status", *counts], ready),
     }
 
 

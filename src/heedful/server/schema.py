@@ -48,12 +48,18 @@ class RequestSchema:
     def __getitem__(self, name: str) -> Field:
         return next(field for field in self.fields if field.name == name)
 
-    def schema(self) -> dict:
+    def schema(self, form: bool = False) -> dict:
+        """The JSON Schema of the fields in JSON, or in a form (form_schema, where a field
+        reads otherwise there)."""
+
+        def of(field: Field) -> dict:
+            return getattr(field, "form_schema", field.schema)() if form else field.schema()
+
         return {
             "type": "object",
             "required": list(self.required),
             "maxProperties": MAX_FIELDS,
-            "properties": {field.name: field.schema() for field in self.fields},
+            "properties": {field.name: of(field) for field in self.fields},
         }
 
     def typed(self, data: dict) -> dict:
@@ -89,7 +95,7 @@ class RequestSchema:
                 "required": True,
                 "content": {
                     "application/json": {"schema": schema},
-                    "application/x-www-form-urlencoded": {"schema": schema},
+                    "application/x-www-form-urlencoded": {"schema": self.schema(form=True)},
                 },
             },
         }
@@ -101,7 +107,14 @@ API_KEY = Text("api_key", "accepted and ignored")
 def numbers(limits: ServerLimits) -> tuple[Integer, ...]:
     """The numbers of /translate, each within a limit of the server."""
     return (
-        Integer("alternatives", 0, limits.max_num_beams - 1, "--max-num-beams minus one", 0),
+        Integer(
+            "alternatives",
+            0,
+            limits.max_num_beams - 1,
+            "--max-num-beams minus one",
+            0,
+            as_text=True,
+        ),
         Integer(
             "num_beams",
             1,
@@ -127,7 +140,7 @@ def decoding(limits: ServerLimits) -> tuple[Field, ...]:
         Integer("top_k", 1, MAX_SETTING, "the largest top_k", description="with sample"),
         Number("top_p", 0.0, 1.0, description="with sample: nucleus sampling"),
         Integer("seed", 0, MAX_SETTING, "the largest seed", description="with sample: repeatable"),
-        Prefix("prefix", limits.max_chars),
+        Prefix("prefix", limits.max_chars, "every output starts with it (format text)"),
     )
 
 
@@ -146,9 +159,9 @@ def translate_request(
             Texts("q", limits.max_chars, limits.max_items),
             Language("source", (*sources, "auto"), languages, auto, pairs),
             Language("target", targets, languages, None, pairs),
-            Choice("format", ("text",)),
+            Choice("format", ("text", "html")),  # html: its text translated (documents.py)
             *numbers(limits),
-            Boolean("return_attention"),
+            Boolean("return_attention", "the attention behind each output (format text)"),
             API_KEY,
             *decoding(limits),
         ),
@@ -180,6 +193,7 @@ class TranslateRequest:
     prefix: str | None = None  # every output starts with it
     source: str = "auto"  # the pair asked for: server/models.py routes by it
     target: str = ""
+    format: str = "text"  # html: q is a document, its text nodes translated (documents.py)
 
 
 def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
@@ -189,22 +203,34 @@ def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
     source, target = schema["source"].read(data), schema["target"].read(data)
     if source not in schema["source"].enum or target not in schema["target"].enum:
         raise unsupported(source, target, schema["source"])
-    schema["format"].read(data)
+    text_format = schema["format"].read(data)
     schema["api_key"].read(data)
+    # read (checked) either way; with html, of one text and not of a document, they are
+    # ignored as LibreTranslate ignores alternatives there (the schema says so)
+    text_only = [schema[name].read(data) for name in ("return_attention", "prefix")]
+    attention, prefix = text_only if text_format == "text" else (False, None)
     return TranslateRequest(
         texts,
         is_list,
         *(schema[name].read(data) for name in ("alternatives", "num_beams", "max_new_tokens")),
-        schema["return_attention"].read(data),
+        attention,
         _sampling(data, schema),
-        schema["prefix"].read(data),
+        prefix,
         source,
         target,
+        text_format,
     )
 
 
 def unsupported(source: str, target: str, field: Language) -> ApiError:
-    """The 400 of a pair not served, naming the pairs that are."""
+    """The 400 of a pair not served. A code that no pair reads (source) or writes (target) is
+    answered in LibreTranslate's words, "zz is not supported", which its clients and tests
+    match exactly; a pair of codes served, but not together, names the pairs that are."""
+    pairs = field.pairs or (field.pair,)
+    if source != "auto" and source not in {s for s, _ in pairs}:
+        return ApiError(400, f"{source[:20]} is not supported")
+    if target not in {t for _, t in pairs}:
+        return ApiError(400, f"{target[:20]} is not supported")
     model, served = field.said().split(": ", 1)
     return ApiError(
         400,

@@ -205,9 +205,13 @@ class TranslationService:
             translator = self._with_lengths(search)
             sampling = None if search.sampling is None else dict(search.sampling)
             trace = build_trace(
-                translator, text, search.num_beams, search.n_best, prefix=search.prefix,
+                translator,
+                text,
+                search.num_beams,
+                search.n_best,
+                prefix=search.prefix,
                 sampling=sampling,
-            )  # fmt: skip
+            )
             trace_json = dumps(trace.to_dict())
             size += len(trace_json.encode("utf-8"))
             if size > self.limits.max_attention_bytes:
@@ -233,13 +237,18 @@ class TranslationService:
         return translator
 
 
-def response_body(request: TranslateRequest, outputs: list[Output]) -> bytes:
-    """LibreTranslate's answer: a string per string, a list per list; plus our attention."""
+def response_body(
+    request: TranslateRequest, outputs: list[Output], detected: dict | None = None
+) -> bytes:
+    """LibreTranslate's answer: a string per string, a list per list; detectedLanguage with
+    source auto (one per text of a list, as LibreTranslate answers); plus our attention."""
 
     def shaped(values):
         return values if request.is_list else values[0]
 
     body: dict[str, Any] = {"translatedText": shaped([o.text for o in outputs])}
+    if detected is not None:
+        body["detectedLanguage"] = shaped([detected] * len(outputs))
     if request.alternatives:
         body["alternatives"] = shaped([o.alternatives for o in outputs])
     text = dumps(body)
