@@ -249,6 +249,31 @@ def check_reads_one_token(case: Case, model_dir: Path) -> None:
     assert answer["translatedText"] == expected.text
 
 
+def check_seeing_reads_one_token(case: Case, model_dir: Path, tmp_path: Path) -> None:
+    """The views read it the same: build_trace and explain (and `heedful attention` and
+    `heedful explain`, with --target) read <2fr>, then the typed text as text; without a
+    target they name none (the typed <2de> set the target before)."""
+    from heedful.visualize.explain import explain
+    from heedful.visualize.trace import build_trace
+
+    translator = Translator.load(model_dir)
+    symbols = translator.src_tokenizer.symbols
+    with pytest.raises(LanguageError, match="writes several languages"):
+        build_trace(translator, case.text)
+    with pytest.raises(LanguageError, match="writes several languages"):
+        explain(translator, case.text)
+    trace = build_trace(translator, case.text, target="fr")
+    assert [t for t in trace.source_tokens if t in symbols] == ["<2fr>"], trace.source_tokens
+    assert "<2fr>" in explain(translator, case.text, target="fr").text()
+    json_path = tmp_path / "trace.json"
+    args = ["attention", str(model_dir), case.text, "--json", str(json_path), "--target", "fr"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(json_path.read_text())["source_tokens"] == trace.source_tokens
+    result = CliRunner().invoke(main, ["explain", str(model_dir), case.text])
+    assert result.exit_code == 1 and "name the target" in result.output, result.output
+
+
 def write_data(d: Path, case: Case) -> dict:
     d.mkdir()
     for target in ("de", "fr"):
@@ -277,6 +302,7 @@ def train(tmp_path: Path, case: Case):
 def test_hostile_languages(case, tmp_path, multilingual, request):
     if case.text is not None:
         check_reads_one_token(case, request.getfixturevalue("sp_multilingual"))
+        check_seeing_reads_one_token(case, request.getfixturevalue("sp_multilingual"), tmp_path)
         return
     if case.model is None and (case.data is not None or case.files):
         result = train(tmp_path, case)

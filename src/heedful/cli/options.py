@@ -118,6 +118,21 @@ def search_options(f):
     )(f)
 
 
+def language_options(f):
+    """--target and --source: the language pair a multilingual model is asked for."""
+    f = click.option(
+        "--source",
+        default=None,
+        help="Language of the input, checked against the pairs the model translates.",
+    )(f)
+    return click.option(
+        "--target",
+        default=None,
+        help="Language to write: a multilingual model reads its token (<2de>) before the "
+        "text; required when it writes several.",
+    )(f)
+
+
 def where_options(f):
     """--layer and --head: which attention map of a trace a picture shows."""
     f = click.option(

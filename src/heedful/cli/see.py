@@ -9,6 +9,7 @@ from heedful.cli.options import (
     FILE,
     POSITIVE,
     Deferred,
+    language_options,
     picture_option,
     where_options,
 )
@@ -70,6 +71,7 @@ def _kind_option(help: str | None = None):
     "averages them (heedful.hf.words).",
 )
 @where_options
+@language_options
 def attention(
     model_dir,
     sentence,
@@ -83,6 +85,8 @@ def attention(
     words,
     layer,
     head,
+    target,
+    source,
 ) -> None:
     """Translate SENTENCE (an image model: caption the image file) and show where the model
     looked."""
@@ -105,7 +109,8 @@ def attention(
         from heedful.visualize.trace import model_info
 
         check_view(model_info(translator.config), kind, layer, head, grid)
-    trace = build_trace(translator, sentence, num_beams=beams_for(num_beams, n_best), n_best=n_best)
+    beams = beams_for(num_beams, n_best)
+    trace = build_trace(translator, sentence, beams, n_best, target=target, source=source)
     if words:
         from heedful.hf.words import merge_words
 
@@ -148,13 +153,16 @@ def attention(
 @click.option(
     "--html", "html_path", type=FILE, help="Also write the viewer, opened on this calculation."
 )
-def explain(model_dir, sentence, kind, layer, head, position, html_path) -> None:
+@language_options
+def explain(model_dir, sentence, kind, layer, head, position, html_path, target, source) -> None:
     """Print one attention computation with the model's real numbers."""
     from heedful.translator import Translator
     from heedful.visualize.explain import explain as run_explain
 
     translator = Translator.load(model_dir)
-    result = run_explain(translator, sentence, layer=layer, head=head, position=position, kind=kind)
+    languages = {"target": target, "source": source}
+    where = {"layer": layer, "head": head, "position": position, "kind": kind}
+    result = run_explain(translator, sentence, **where, **languages)
     click.echo(result.text(), nl=False)
     if html_path:
         from pathlib import Path
@@ -162,7 +170,7 @@ def explain(model_dir, sentence, kind, layer, head, position, html_path) -> None
         from heedful.visualize.html import render_step
         from heedful.visualize.trace import build_trace
 
-        trace = build_trace(translator, sentence)
+        trace = build_trace(translator, sentence, **languages)
         last = trace.model["encoder_layers" if kind == "encoder" else "decoder_layers"]
         page = render_step(trace, kind, layer or last, head or 1, position)
         Path(html_path).write_text(page, encoding="utf-8")

@@ -11,6 +11,7 @@ from heedful.cli.options import (
     FILE,
     POSITIVE,
     Deferred,
+    language_options,
     runtime_options,
     search_options,
 )
@@ -98,17 +99,7 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
     help="FILE of target beginnings, one per input line (an empty line: none), or 'tsv': each "
     "input line is SOURCE<TAB>PREFIX. Every output starts with its prefix.",
 )
-@click.option(
-    "--target",
-    default=None,
-    help="Language to write: a multilingual model reads its "
-    "token (<2de>) before each line; required when it writes several.",
-)
-@click.option(
-    "--source",
-    default=None,
-    help="Language of the input, checked against the pairs the model translates.",
-)
+@language_options
 @search_options
 @sampling_options
 def translate(

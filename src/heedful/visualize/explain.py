@@ -277,6 +277,8 @@ def explain(
     position: int = 1,
     kind: str = "cross",
     top: int = 5,
+    target: str | None = None,
+    source: str | None = None,
 ) -> Explanation:
     """Explain one attention computation of `translator`'s model on `sentence`.
 
@@ -284,9 +286,11 @@ def explain(
     self-attention (Transformer only). layer/head/position count from 1; layer defaults to the
     last one, head to the first (an RNN has neither: leave them out); position is the query: an
     output step (cross, decoder) or a source token (encoder).
-    top: how many predicted words an RNN explanation lists.
+    top: how many predicted words an RNN explanation lists. target, source: the language pair
+    (build_trace's): a <2de> the sentence starts with is text, never the target.
     """
     check_kind(kind)  # what the model lacks is refused before translating
+    [sentence] = translator.sources([sentence], target, source)
     if getattr(translator.model, "hf_model_type", None):  # a Hugging Face model (heedful.hf)
         from heedful.hf.explain import explain_hf
 

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from heedful.data.tokenizers import EOS_ID
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -236,3 +238,18 @@ def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tupl
         shared.update(score_keys=keys, score_v=v)
         own["score_queries"] = queries
     return shared, own
+
+
+def records_internals(translator, asked: bool | None, source_length: int, hyps) -> bool:
+    """Whether the trace records internals: as `asked`, or (None) while they stay within
+    INTERNALS_MAX_NUMBERS; never for an ensemble, and refused for a Hugging Face model."""
+    if hasattr(translator.model, "members"):  # an ensemble: no one model's internals
+        return False
+    hf_model = getattr(translator.model, "hf_model_type", None)  # heedful.hf's adapter
+    if asked and hf_model:
+        raise ValueError(f"internals are recorded for heedful's own models, not {hf_model}")
+    if asked is None:
+        lengths = [len(h.produced(EOS_ID)) for h in hyps]
+        small = internals_size(translator.config, source_length, lengths) <= INTERNALS_MAX_NUMBERS
+        return small and not hf_model
+    return asked

@@ -18,10 +18,9 @@ from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
 from heedful.safejson import dumps
 from heedful.visualize.internals import (
     DECIMALS,  # the schema's rounding; also read from here (hf/words.py, trace_image.py)
-    INTERNALS_MAX_NUMBERS,
     block_internals,
-    internals_size,
     recording,
+    records_internals,
     rnn_internals,
     rounded,
     transformer_internals,
@@ -317,6 +316,8 @@ def build_trace(
     internals: bool | None = None,
     prefix: str | None = None,
     sampling: dict | None = None,
+    target: str | None = None,
+    source: str | None = None,
 ) -> Trace:
     """Translate `sentence` and record, for each of the n_best outputs, every attention weight.
 
@@ -329,10 +330,13 @@ def build_trace(
         INTERNALS_MAX_NUMBERS numbers (docs/trace-schema.md), True always, False never.
     prefix: target text the outputs must start with. sampling: GenerationConfig's sampling
         fields (temperature, top_k, top_p, seed): draw n_best outputs instead of searching.
+    target, source: the language pair, as Translator.translate takes them: a multilingual
+        model reads the target's token first, and a <2de> the sentence starts with is text.
     Raises ValueError for an empty sentence.
     """
     if not sentence.strip():
         raise ValueError("empty sentence: there is nothing to translate, so nothing to trace")
+    [sentence] = translator.sources([sentence], target, source)  # only the API sets a target
     top_k = TOP_K if top_k is None else top_k
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
@@ -345,14 +349,7 @@ def build_trace(
     src = torch.tensor([ids], device=translator.device)  # (1, S)
     search = {"num_beams": num_beams, "length_penalty": length_penalty}
     hyps, drawn = _search(translator, src, n_best, search, prefix, sampling)
-    internals = False if hasattr(translator.model, "members") else internals  # an ensemble
-    hf_model = getattr(translator.model, "hf_model_type", None)  # heedful.hf's adapter
-    if internals and hf_model:
-        raise ValueError(f"internals are recorded for heedful's own models, not {hf_model}")
-    if internals is None:
-        lengths = [len(h.produced(EOS_ID)) for h in hyps]
-        small = internals_size(translator.config, len(ids), lengths) <= INTERNALS_MAX_NUMBERS
-        internals = small and not hf_model
+    internals = records_internals(translator, internals, len(ids), hyps)
     with torch.no_grad():
         traced = [
             replayed(translator, src, h, top_k, internals, i == 0, drawn)
