@@ -9,13 +9,11 @@ from heedful.models.rnn import RNNSeq2Seq
 from heedful.models.transformer import Transformer
 
 
-def _transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
-    return Transformer(
-        src_vocab_size,
-        tgt_vocab_size,
+def _transformer_settings(c: ModelConfig, pad_id: int) -> dict:
+    """The Transformer's settings that a text and an image model share: all but the source."""
+    return dict(
         d_model=c.d_model,
         num_heads=c.num_heads,
-        encoder_layers=c.encoder_layers,
         decoder_layers=c.decoder_layers,
         d_ff=c.d_ff,
         dropout=c.dropout,
@@ -28,22 +26,28 @@ def _transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_i
     )
 
 
-def _rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
-    return RNNSeq2Seq(
-        src_vocab_size,
-        tgt_vocab_size,
+def _rnn_settings(c: ModelConfig, pad_id: int) -> dict:
+    """The RNN decoder's settings that a text and an image model share."""
+    return dict(
         embed_size=c.d_model,
         hidden_size=c.hidden_size,
         cell=c.rnn_cell,
         num_layers=c.rnn_layers,
-        bidirectional=c.bidirectional,
         attention=c.attention,
         input_feeding=c.input_feeding,
         dropout=c.dropout,
         pad_id=pad_id,
-        local_window=c.local_window,
-        copy=c.copy,
     )
+
+
+def _transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
+    settings = _transformer_settings(c, pad_id)
+    return Transformer(src_vocab_size, tgt_vocab_size, encoder_layers=c.encoder_layers, **settings)
+
+
+def _rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
+    text_only = dict(bidirectional=c.bidirectional, local_window=c.local_window, copy=c.copy)
+    return RNNSeq2Seq(src_vocab_size, tgt_vocab_size, **_rnn_settings(c, pad_id), **text_only)
 
 
 BUILDERS = {"transformer": _transformer, "rnn": _rnn}
@@ -79,35 +83,11 @@ def _captioner(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> nn.Module:
     from heedful.models.vision import ImageRNN, ImageTransformer
 
     if c.arch == "transformer":
-        return ImageTransformer(
-            _image_encoder(c, c.d_model),
-            tgt_vocab_size,
-            c.attention_penalty,
-            d_model=c.d_model,
-            num_heads=c.num_heads,
-            decoder_layers=c.decoder_layers,
-            d_ff=c.d_ff,
-            dropout=c.dropout,
-            attention_dropout=c.attention_dropout,
-            norm_first=c.norm == "pre",
-            positional=c.positional,
-            max_positions=c.max_positions,
-            tie_embeddings=c.tie_embeddings,
-            pad_id=pad_id,
-        )
-    return ImageRNN(
-        _image_encoder(c, c.hidden_size),
-        tgt_vocab_size,
-        c.attention_penalty,
-        embed_size=c.d_model,
-        hidden_size=c.hidden_size,
-        cell=c.rnn_cell,
-        num_layers=c.rnn_layers,
-        attention=c.attention,
-        input_feeding=c.input_feeding,
-        dropout=c.dropout,
-        pad_id=pad_id,
-    )
+        encoder = _image_encoder(c, c.d_model)
+        settings = _transformer_settings(c, pad_id)
+        return ImageTransformer(encoder, tgt_vocab_size, c.attention_penalty, **settings)
+    encoder = _image_encoder(c, c.hidden_size)
+    return ImageRNN(encoder, tgt_vocab_size, c.attention_penalty, **_rnn_settings(c, pad_id))
 
 
 def build_model(
