@@ -102,3 +102,16 @@ def test_the_sdist_holds_every_test_and_what_they_read(tmp_path):
     docs = [p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md")]
     assert set(recipes) | set(docs) | {"LICENSE", "constraints.txt"} <= names
     assert not [n for n in names if n.endswith(".pyc") or n.startswith("tests/artifacts/")]
+
+
+def test_uvicorn_is_held_below_the_release_whose_internals_are_untested():
+    """server/connections.py subclasses uvicorn's private h11 protocol: the serve extra caps
+    uvicorn below its next minor release, and the installed one is inside the range."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    serve = PYPROJECT["project"]["optional-dependencies"]["serve"]
+    [uvicorn] = [Requirement(r) for r in serve if Requirement(r).name == "uvicorn"]
+    assert any(spec.operator == "<" for spec in uvicorn.specifier), uvicorn
+    assert uvicorn.specifier.contains(version("uvicorn")), (uvicorn, version("uvicorn"))
