@@ -10,8 +10,8 @@ Marian's layers are post-norm, so the model is configs/multi30k/transformer.yaml
 model.norm=post (and a lower peak learning rate, which post-norm needs, reached in 200 steps).
 Our greedy search (Translator.search) and transformers' greedy generate() on the export each
 translate the 1,000 sentences of test2016.en under our output limit (ratio · source length +
-offset; sentences of one limit batched together), sources tokenized without the </s> that
-MarianTokenizer would append (our models read none). An output counts as identical when the
+offset; sentences of one limit batched together), sources tokenized as the export's tokenizer
+does (no </s>: our models read none). An output counts as identical when the
 token ids are, </s> included. The result goes to benchmarks/results/hf-export.json and its
 section of docs/benchmarks.md.
 """
@@ -75,8 +75,8 @@ def theirs(export: Path, sources: list[str], limits: list[int]) -> list[list[int
     import torch
     import transformers as hf
 
-    tokenizer = hf.MarianTokenizer.from_pretrained(export)
-    model = hf.MarianMTModel.from_pretrained(export).eval()
+    tokenizer = hf.AutoTokenizer.from_pretrained(export)
+    model = hf.AutoModelForSeq2SeqLM.from_pretrained(export).eval()
     eos, by_limit = model.config.eos_token_id, defaultdict(list)
     for i, limit in enumerate(limits):
         by_limit[limit].append(i)

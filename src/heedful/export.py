@@ -56,7 +56,7 @@ from heedful.io import atomic_write_json, staged
 from heedful.output_dirs import DirectoryKind, check_output, replaceable
 from heedful.positional import sinusoidal_encoding
 
-# ctranslate2 here; huggingface: a Marian model directory for transformers (heedful.hf.export)
+# ctranslate2 here; huggingface: a Marian or Pegasus directory for transformers (heedful.hf.export)
 FORMATS = ("ctranslate2", "huggingface")
 # Weight types `heedful export --quantization` accepts (CTranslate2's own names). int8 keeps
 # one scale per output row (Dense int8 GEMM); float16/bfloat16 halve the file.

@@ -197,23 +197,42 @@ def heedful_model(**options):
     return make
 
 
-def char_model(tmp_path, hf_dirs):
+def learned_positions(tmp_path, hf_dirs):
     from heedful.checkpoint import save_model_dir
     from heedful.config import ModelConfig
     from heedful.data.tokenizers import CharTokenizer
     from heedful.models.build import build_model
 
     tokenizer = CharTokenizer.train(["abc"])
-    config = ModelConfig(d_model=8, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16)
+    config = ModelConfig(
+        d_model=8, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16, positional="learned"
+    )
     model = build_model(config, len(tokenizer), len(tokenizer))
     return save_model_dir(tmp_path / "chars", model, config, tokenizer, tokenizer)
 
 
+def bpe_model(tmp_path, hf_dirs):
+    from heedful.checkpoint import save_model_dir
+    from heedful.config import ModelConfig
+    from heedful.data.tokenizers import SentencePieceTokenizer
+    from heedful.models.build import build_model
+
+    from .builders import TEXTS
+
+    tokenizer = SentencePieceTokenizer.train(TEXTS * 20, vocab_size=40, model_type="bpe")
+    config = ModelConfig(d_model=8, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16)
+    model = build_model(config, len(tokenizer), len(tokenizer))
+    return save_model_dir(tmp_path / "bpe", model, config, tokenizer, tokenizer)
+
+
+# pre-norm exports as Pegasus (one vocabulary); heedful_model_dir has two SentencePiece models
 EXPORT = [
-    ("export-pre-norm", heedful_model(norm="pre"), ["pre-norm", "post-norm"]),
-    ("export-char-tokenizer", char_model, ["SentencePiece"]),
+    ("export-pre-norm-two-vocabularies", heedful_model(norm="pre"),
+     ["pre-norm", "Pegasus", "data.joint_vocab"]),
+    ("export-learned-positions", learned_positions, ["learned", "sinusoids"]),
+    ("export-sentencepiece-bpe", bpe_model, ["not a unigram one", "sp_model_type"]),
     ("export-a-hugging-face-dir", copy_of("marian"), ["a Hugging Face model ('marian')"]),
-]
+]  # fmt: skip
 CASES = [pytest.param(*case[1:], "import", id=case[0]) for case in IMPORT + STRICT] + [
     pytest.param(*case[1:], "export", id=case[0]) for case in EXPORT
 ]

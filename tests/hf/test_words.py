@@ -1,4 +1,4 @@
-"""Pieces merged into words (heedful.hf.words): spans, labels, and weights that stay
+"""Pieces merged into words (heedful.visualize.words): spans, labels, and weights that stay
 distributions: the mean over a query word's pieces, the sum over a key word's."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 from click.testing import CliRunner
 
 from heedful.cli import main
-from heedful.hf.words import merge_words, word_labels, word_spans
 from heedful.visualize.trace import Trace, build_trace
+from heedful.visualize.words import merge_words, word_labels, word_spans
 
 from .builders import TEXTS
 

@@ -182,15 +182,19 @@ def _export_options() -> list[click.Parameter]:
 def export(model_dir, output_dir, format_, quantization) -> None:
     """Export a Transformer MODEL_DIR for a faster runtime: translate the result with
     `heedful translate OUTPUT --engine ctranslate2` (needs pip install 'heedful[fast]').
-    --format huggingface writes a Marian model that transformers loads (pip install
-    'heedful[hf]'; tokenize sources with add_special_tokens=False)."""
+    --format huggingface writes a Marian (post-norm) or Pegasus (pre-norm) model that
+    transformers' Auto classes and ct2-transformers-converter load (pip install 'heedful[hf]';
+    docs/huggingface-export.md)."""
     if format_ == "huggingface":
         from heedful.hf.export import export_huggingface
 
         if quantization is not None:
             raise click.UsageError("--quantization applies to --format ctranslate2 only")
         out = export_huggingface(model_dir, output_dir)
-        click.echo(f"exported {model_dir} to {out} (huggingface Marian, float32 weights)")
+        from heedful.hf.layout import read_hf_config
+
+        kind = (read_hf_config(out) or {}).get("model_type", "huggingface")
+        click.echo(f"exported {model_dir} to {out} (huggingface {kind}, float32 weights)")
         return
     from heedful.export import export_ctranslate2
 

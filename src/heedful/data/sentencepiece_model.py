@@ -28,7 +28,7 @@ def processor(model_proto: bytes):
         return None
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
+def varint(data: bytes, at: int) -> tuple[int, int]:
     """(the protobuf varint at `at`, the offset after it)"""
     value = shift = 0
     while True:
@@ -38,17 +38,17 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
             return value, at
 
 
-def _fields(data: bytes, start: int, end: int):
+def proto_fields(data: bytes, start: int, end: int):
     """(field number, offset of its value, offset after it) of each field in data[start:end];
     a length-delimited value's offset is that of its bytes, after the length."""
     at = start
     while at < end:
-        key, at = _varint(data, at)
+        key, at = varint(data, at)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value_at, (_, at) = at, _varint(data, at)
+            value_at, (_, at) = at, varint(data, at)
         elif wire == 2:
-            size, value_at = _varint(data, at)
+            size, value_at = varint(data, at)
             at = value_at + size
         elif wire in (1, 5):  # fixed 64 or 32 bits (a piece's score)
             value_at, at = at, at + (8 if wire == 1 else 4)
@@ -67,11 +67,11 @@ def control_symbols(model_proto: bytes, symbols: Iterable[str]) -> bytes:
     a user are text like any other. Each edit rewrites one varint byte (4 -> 3), so every
     other byte, and every other text's pieces, stay as trained."""
     wanted, out = {s.encode("utf-8") for s in symbols}, bytearray(model_proto)
-    for number, start, end in _fields(model_proto, 0, len(model_proto)):
+    for number, start, end in proto_fields(model_proto, 0, len(model_proto)):
         if number != _PIECES:
             continue
         piece, type_at = None, None
-        for field, value_at, after in _fields(model_proto, start, end):
+        for field, value_at, after in proto_fields(model_proto, start, end):
             if field == _PIECE_TEXT:
                 piece = model_proto[value_at:after]
             elif field == _PIECE_TYPE:

@@ -1,54 +1,71 @@
-"""heedful export --format huggingface: a heedful Transformer as a Marian model directory.
+"""heedful export --format huggingface: a heedful Transformer as a Hugging Face model directory.
 
-transformers' MarianMTModel is the post-norm Transformer of Vaswani et al. 2017, as ours with
-norm "post": embeddings × √d_model plus a sinusoidal table from position 0, then per layer
-LayerNorm(x + sublayer(x)), ReLU feed-forward (activation_function "relu"), no final norm, and
-an output projection whose bias is Marian's final_logits_bias. Weight by weight:
+Post-norm models become Marian, pre-norm ones Pegasus: the two architectures of transformers
+that compute our Transformer exactly, weight by weight (export_weights.py says how). Any
+other model is refused by name before anything is written: an RNN, an image encoder, learned
+positions (Marian's and Pegasus's tables are fixed sinusoids), an odd d_model, SentencePiece
+BPE (export_tokenizer.py).
 
-    ours (models/transformer.py)             Marian (modeling_marian.py)
-    src_embed.tokens, tgt_embed.tokens       model.encoder / model.decoder .embed_tokens
-    encoder_layers.i.self_attn.w_q/k/v/o     model.encoder.layers.i.self_attn.q/k/v/out_proj
-    decoder_layers.i.cross_attn.*            model.decoder.layers.i.encoder_attn.*
-    attn_block / self_block .norm            self_attn_layer_norm
-    cross_block.norm                         encoder_attn_layer_norm
-    feed_forward.net.0, net.3; ff_block.norm fc1, fc2; final_layer_norm
-    generator (weight, bias)                 lm_head.weight, final_logits_bias
+The directory holds, besides the weights and config.json:
 
-Marian does not store its positional table: it computes one with the sines in the first half of
-the dimensions and the cosines in the second (PE[pos, i] = sin, PE[pos, D/2 + i] = cos), where
-ours interleave them (sin at 2i, cos at 2i + 1). A Transformer computes the same function when
-the D dimensions of its residual stream are renumbered consistently, so every weight that reads
-the stream has its columns, and every one that writes it (embeddings, W_O, fc2, the norms) its
-rows, taken in the order PERM = [0, 2, 4, ..., 1, 3, 5, ...]: then our table, renumbered, is
-Marian's. Attention heads, the feed-forward's inner layer and the vocabulary keep their order.
-Our keys have no bias (attention.py), so k_proj's is zero.
+    tokenizer.json, tokenizer_config.json   one vocabulary at our ids (export_tokenizer.py),
+                                             no </s> added to a source (ours never read one),
+                                             the languages as source_lang / target_lang
+    generation_config.json                   our search: num_beams, length_penalty, and one
+                                             max_new_tokens (generation_config below)
+    heedful-export.json                      the marker: what it holds, our generation.json
 
-Source and target keep their own vocabularies (share_encoder_decoder_embeddings false, and
-MarianTokenizer's separate_vocabs), each our SentencePiece model with its pieces in id order;
-<pad> 0, <s> 1 (what decoding starts with), </s> 2, <unk> 3 as in heedful. heedful reads no
-</s> at the end of a source: tokenize with add_special_tokens=False to get our outputs.
+Two SentencePiece models (no data.joint_vocab) keep Marian's two files instead
+(source.spm, target.spm, vocab.json, target_vocab.json), which CTranslate2's converter cannot
+read; pre-norm models need the one vocabulary (Pegasus has one).
+
+CTranslate2: `ct2-transformers-converter --model OUTPUT` converts both. Its Pegasus loader
+starts the decoder from the tokenizer's pad token, so Pegasus exports pad with our <s>
+(pad_token_id 1), the start heedful decodes from (padded positions are masked: which token
+pads them changes nothing); it reads normalize_before and normalize_embedding from
+config.json, which transformers ignores. Its Marian loader drops the last token (Marian's
+<pad>) and starts from a zero vector: Marian exports end with a <pad> of zero rows, the
+decoder's start, and hold our <s> in the decoder's position 0 (export_weights._zero_start).
+
+transformers 4.x builds Pegasus with one embedding table for encoder and decoder, where ours
+has two: Pegasus exports need transformers 5 (docs/huggingface-export.md).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import torch
-
 from heedful.checkpoint import load_model_dir
-from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from heedful.hf.export_tokenizer import (
+    hf_tokenizer,
+    layout,
+    save_tokenizer,
+    write_marian_tokenizer,
+)
+from heedful.hf.export_weights import hf_weights, stream_order
 from heedful.hf.layout import import_transformers
+from heedful.hf.loading import quiet
 from heedful.io import CheckpointError, atomic_write_json, read_json, staged
 from heedful.output_dirs import DirectoryKind, check_output, replaceable
 
-MIN_POSITIONS = 1024  # Marian's table is fixed, ours grows: cover any sentence one translates
+MIN_POSITIONS = 1024  # the exports' tables are fixed, ours grows: cover any sentence one translates
 MARKER, MARKER_FORMAT = "heedful-export.json", "heedful-huggingface-export"
 # What exports made before the marker hold (transformers 4.x's save_pretrained and ours)
-EARLIER_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors",
-                           "source.spm", "target.spm", "vocab.json", "target_vocab.json",
-                           "tokenizer_config.json", "special_tokens_map.json",
-                           "added_tokens.json"})  # fmt: skip
+EARLIER_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "source.spm",
+        "target.spm",
+        "vocab.json",
+        "target_vocab.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+    }
+)
 
 
 def _written(directory: Path) -> frozenset[str] | None:
@@ -87,31 +104,38 @@ MARIAN_EXPORT = DirectoryKind(
 
 
 def _check_exportable(loaded, model_dir) -> None:
+    """Refuse, by name, what neither Marian nor Pegasus computes (module docstring)."""
     config, why = loaded.model_config, None
     if config.arch != "transformer":
-        why = f"it is an {config.arch!r} model; Marian is a Transformer"
+        why = f"it is an {config.arch!r} model; Marian and Pegasus are Transformers"
     elif config.encoder != "text":
-        why = f"it reads images (model.encoder {config.encoder}); Marian reads text"
-    elif config.norm != "post":
-        why = "it is pre-norm; Marian's layers are post-norm"
+        why = f"it reads images (model.encoder {config.encoder}); the exports read text"
     elif config.positional != "sinusoidal":
-        why = "its positions are learned; Marian's are sinusoidal"
+        why = "its positions are learned; Marian's and Pegasus's are fixed sinusoids"
     elif config.d_model % 2:
         why = f"d_model {config.d_model} is odd; the sinusoids come in pairs"
-    else:
-        kinds = {getattr(t, "kind", None) for t in (loaded.src_tokenizer, loaded.tgt_tokenizer)}
-        if kinds != {"sentencepiece"}:
-            why = "its tokenizers are not SentencePiece ones, which MarianTokenizer needs"
+    elif {loaded.src_tokenizer.kind, loaded.tgt_tokenizer.kind} - {"sentencepiece", "char"}:
+        why = "its tokenizers are neither SentencePiece nor character ones"
+    elif loaded.src_tokenizer.kind != loaded.tgt_tokenizer.kind:
+        why = "one side is character level, the other SentencePiece"
     if why:
-        raise CheckpointError(f"{model_dir}: cannot export to Hugging Face Marian: {why}")
+        raise CheckpointError(f"{model_dir}: cannot export to Hugging Face: {why}")
 
 
-def marian_config(hf, config, src_vocab: int, tgt_vocab: int, tied: bool):
-    return hf.MarianConfig(
-        vocab_size=src_vocab,
-        decoder_vocab_size=tgt_vocab,
-        share_encoder_decoder_embeddings=False,
-        tie_word_embeddings=tied,
+def start_ids(vocab, pre_norm: bool) -> tuple[int, int]:
+    """(pad, decoder start) of the export: Pegasus's our <s> for both (module docstring),
+    Marian's the <pad> last (export_tokenizer.with_marian_pad), or, with Marian's two files,
+    ours."""
+    if pre_norm:
+        return BOS_ID, BOS_ID
+    if vocab.zero_start:
+        return len(vocab.tokens) - 1, len(vocab.tokens) - 1
+    return PAD_ID, BOS_ID
+
+
+def _common(config, pad: int, start: int) -> dict:
+    """The settings Marian's and Pegasus's configs share: sizes, ReLU, √d_model, the ids."""
+    return dict(
         d_model=config.d_model,
         encoder_layers=config.encoder_layers,
         decoder_layers=config.decoder_layers,
@@ -125,112 +149,134 @@ def marian_config(hf, config, src_vocab: int, tgt_vocab: int, tied: bool):
         dropout=config.dropout,
         attention_dropout=config.attention_dropout,
         activation_dropout=0.0,
-        pad_token_id=PAD_ID,
+        pad_token_id=pad,
         bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID,
+        decoder_start_token_id=start,
         forced_eos_token_id=None,
+        tie_word_embeddings=False,  # the output layer written out, tied or not
     )
 
 
-def _attention(prefix: str, attn, perm) -> dict:
-    """q/k/v read the stream (columns renumbered); out_proj writes it (rows renumbered)."""
-    zeros = torch.zeros(attn.w_k.out_features)
-    return {
-        f"{prefix}.q_proj.weight": attn.w_q.weight[:, perm],
-        f"{prefix}.q_proj.bias": attn.w_q.bias,
-        f"{prefix}.k_proj.weight": attn.w_k.weight[:, perm],
-        f"{prefix}.k_proj.bias": zeros,
-        f"{prefix}.v_proj.weight": attn.w_v.weight[:, perm],
-        f"{prefix}.v_proj.bias": attn.w_v.bias,
-        f"{prefix}.out_proj.weight": attn.w_o.weight[perm],
-        f"{prefix}.out_proj.bias": attn.w_o.bias[perm],
-    }
-
-
-def _norm(prefix: str, norm, perm) -> dict:
-    return {f"{prefix}.weight": norm.weight[perm], f"{prefix}.bias": norm.bias[perm]}
-
-
-def _feed_forward(prefix: str, layer, perm) -> dict:
-    first, second = layer.feed_forward.net[0], layer.feed_forward.net[3]
-    return {
-        f"{prefix}.fc1.weight": first.weight[:, perm],
-        f"{prefix}.fc1.bias": first.bias,
-        f"{prefix}.fc2.weight": second.weight[perm],
-        f"{prefix}.fc2.bias": second.bias[perm],
-        **_norm(f"{prefix}.final_layer_norm", layer.ff_block.norm, perm),
-    }
-
-
-def marian_weights(model, perm: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Our Transformer's weights under Marian's names, the stream renumbered by perm."""
-    out = {
-        "model.encoder.embed_tokens.weight": model.src_embed.tokens.weight[:, perm],
-        "model.decoder.embed_tokens.weight": model.tgt_embed.tokens.weight[:, perm],
-        "lm_head.weight": model.generator.weight[:, perm],
-        "final_logits_bias": model.generator.bias.unsqueeze(0),  # (1, V)
-    }
-    for i, layer in enumerate(model.encoder_layers):
-        p = f"model.encoder.layers.{i}"
-        out |= _attention(f"{p}.self_attn", layer.self_attn, perm)
-        out |= _norm(f"{p}.self_attn_layer_norm", layer.attn_block.norm, perm)
-        out |= _feed_forward(p, layer, perm)
-    for i, layer in enumerate(model.decoder_layers):
-        p = f"model.decoder.layers.{i}"
-        out |= _attention(f"{p}.self_attn", layer.self_attn, perm)
-        out |= _norm(f"{p}.self_attn_layer_norm", layer.self_block.norm, perm)
-        out |= _attention(f"{p}.encoder_attn", layer.cross_attn, perm)
-        out |= _norm(f"{p}.encoder_attn_layer_norm", layer.cross_block.norm, perm)
-        out |= _feed_forward(p, layer, perm)
-    return {name: w.detach().clone().contiguous() for name, w in out.items()}
-
-
-def _write_tokenizer(hf, loaded, build: Path) -> None:
-    """source.spm / target.spm (our SentencePiece models) and their pieces in id order."""
-    for name, tokenizer, vocab in (
-        ("source", loaded.src_tokenizer, "vocab.json"),
-        ("target", loaded.tgt_tokenizer, "target_vocab.json"),
-    ):
-        tokenizer.save(build / f"{name}.spm")
-        pieces = {tokenizer.id_to_token(i): i for i in range(len(tokenizer))}
-        (build / vocab).write_text(json.dumps(pieces, ensure_ascii=False), encoding="utf-8")
-    marian = hf.MarianTokenizer(
-        str(build / "source.spm"),
-        str(build / "target.spm"),
-        str(build / "vocab.json"),
-        target_vocab_file=str(build / "target_vocab.json"),
-        separate_vocabs=True,
-        unk_token=loaded.src_tokenizer.id_to_token(UNK_ID),
+def hf_config(hf, config, vocab):
+    """MarianConfig (post-norm) or PegasusConfig (pre-norm) of our model config."""
+    ids = start_ids(vocab, config.norm == "pre")
+    if config.norm == "post":
+        return hf.MarianConfig(
+            vocab_size=len(vocab.our_src),
+            decoder_vocab_size=len(vocab.our_tgt),
+            share_encoder_decoder_embeddings=False,
+            **_common(config, *ids),
+        )
+    # normalize_*: read by CTranslate2's converter only (its BART loader), not by transformers
+    return hf.PegasusConfig(
+        vocab_size=len(vocab.tokens),
+        normalize_before=True,
+        normalize_embedding=False,
+        **_common(config, *ids),
     )
-    marian.save_pretrained(build)
+
+
+def generation_config(hf, generation, positions: int, pad: int, start: int):
+    """Our search as generate() runs it with no arguments.
+
+    Length: ours allows ratio · S + offset tokens for a source of S; generate() has one limit
+    for every source. max_new_tokens is our limit for the longest source the export reads
+    (its position table), capped by the table (the start token takes position 0): generate()
+    then never stops before we do, and gives our outputs wherever ours end with </s>; where
+    ours was cut at its limit, it goes on. With max_len_ratio 0 the limit is exact. To get
+    ours exactly, pass max_new_tokens=int(ratio * len(input_ids) + offset).
+    Beams: num_beams as ours. length_penalty is our GNMT alpha: generate() divides a score by
+    length ** alpha, ours by ((5 + length) / 6) ** alpha; the two rank alike when alpha is 0
+    (or num_beams 1), and may not otherwise on outputs of different lengths.
+    """
+    limit = min(generation.max_output_length(positions), positions - 1)
+    settings = dict(
+        max_new_tokens=limit,
+        num_beams=1 if generation.sample else generation.num_beams,
+        length_penalty=generation.length_penalty,
+        early_stopping=False,
+        do_sample=generation.sample,
+        decoder_start_token_id=start,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=pad,
+        forced_eos_token_id=None,
+        bad_words_ids=None,  # heedful's search bans nothing
+    )
+    if generation.sample:
+        settings |= dict(
+            temperature=generation.temperature, top_p=generation.top_p, top_k=generation.top_k or 0
+        )
+    return hf.GenerationConfig(**settings)
+
+
+def _build(hf, loaded, vocab):
+    """(the transformers model holding our weights, every one set; the position tables it
+    must be saved with, if any: export_weights._zero_start)."""
+    config = hf_config(hf, loaded.model_config, vocab)
+    model_class = (
+        hf.MarianMTModel if config.model_type == "marian" else (hf.PegasusForConditionalGeneration)
+    )
+    model = model_class(config)
+    perm = stream_order(loaded.model_config.d_model)  # the export's dim -> ours
+    positions = config.max_position_embeddings
+    weights = hf_weights(loaded.model, config.model_type, vocab, perm, positions)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [n for n in missing if not n.endswith("embed_positions.weight")]  # computed
+    if missing or unexpected:
+        raise RuntimeError(f"export left {sorted(missing)} unset, wrote {sorted(unexpected)}")
+    tables = {name: w for name, w in weights.items() if name.endswith("embed_positions.weight")}
+    return model.eval(), tables
+
+
+def _save(model, tables: dict, build: Path) -> None:
+    """save_pretrained, then the position tables it leaves out (transformers recomputes
+    Marian's on creation, and loads the ones a file holds over them)."""
+    from safetensors.torch import load_file, save_file
+
+    with quiet(import_transformers()):  # the command's output is its one line
+        model.save_pretrained(build)
+    if tables:
+        path = build / "model.safetensors"
+        save_file(load_file(path) | tables, path, metadata={"format": "pt"})
 
 
 def export_huggingface(model_dir: str | Path, output: str | Path) -> Path:
-    """Write `output`: the Transformer in `model_dir` as a Marian model directory that
-    transformers loads (MarianMTModel / MarianTokenizer .from_pretrained(output))."""
+    """Write `output`: the Transformer in `model_dir` as a Marian (post-norm) or Pegasus
+    (pre-norm) model directory that transformers loads (AutoModelForSeq2SeqLM /
+    AutoTokenizer .from_pretrained(output)) and CTranslate2's converter converts."""
     hf = import_transformers()
     model_dir = Path(model_dir)
     check_output(output, MARIAN_EXPORT, [model_dir])  # before anything is read
     loaded = load_model_dir(model_dir)
     _check_exportable(loaded, model_dir)
-    model, config = loaded.model, loaded.model_config
-    d = config.d_model
-    perm = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # Marian's dim -> ours
-    tied = model.generator.weight is model.tgt_embed.tokens.weight
-    sizes = (len(loaded.src_tokenizer), len(loaded.tgt_tokenizer))
-    marian = hf.MarianMTModel(marian_config(hf, config, *sizes, tied))
-    missing, unexpected = marian.load_state_dict(marian_weights(model, perm), strict=False)
-    computed = {n for n in missing if n.endswith("embed_positions.weight")}
-    if set(missing) - computed - ({"model.decoder.embed_tokens.weight"} if tied else set()):
-        raise RuntimeError(f"export left Marian weights unset: {sorted(missing)}")
-    if unexpected:
-        raise RuntimeError(f"export wrote weights Marian does not have: {sorted(unexpected)}")
-    marian.generation_config.num_beams = loaded.generation.num_beams
-    marian.generation_config.bad_words_ids = None  # heedful's search bans nothing
+    pre_norm = loaded.model_config.norm == "pre"
+    vocab = layout(loaded.src_tokenizer, loaded.tgt_tokenizer, marian=not pre_norm)
+    if pre_norm and not vocab.joint:
+        raise CheckpointError(
+            f"{model_dir}: cannot export to Hugging Face: a pre-norm model exports as Pegasus, "
+            "which has one vocabulary, and this one has two SentencePiece models (train with "
+            "data.joint_vocab: true)"
+        )
+    tokenizer = hf_tokenizer(hf, loaded, vocab, model_dir) if vocab.joint else None
+    model, tables = _build(hf, loaded, vocab)
+    positions = model.config.max_position_embeddings
+    ids = start_ids(vocab, pre_norm)
+    model.generation_config = generation_config(hf, loaded.generation, positions, *ids)
+    languages = (loaded.src_lang, loaded.tgt_lang)
     with staged(Path(output), check=replaceable(MARIAN_EXPORT, [model_dir])) as build:
-        marian.eval().save_pretrained(build)
-        _write_tokenizer(hf, loaded, build)
+        _save(model, tables, build)
+        if tokenizer is not None:
+            save_tokenizer(tokenizer, build, languages)
+        else:
+            write_marian_tokenizer(hf, loaded, build, languages)
         files = sorted(path.name for path in build.iterdir())  # what a new export may replace
-        atomic_write_json(build / MARKER, {"format": MARKER_FORMAT, "files": files})
+        marker = {
+            "format": MARKER_FORMAT,
+            "files": files,
+            "generation": read_json(model_dir / "generation.json", 1 << 20),
+            "pairs": [list(p) for p in loaded.pairs],
+        }
+        atomic_write_json(build / MARKER, marker)
     return Path(output)

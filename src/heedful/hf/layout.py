@@ -21,6 +21,7 @@ SUPPORTED = {
     "mbart": "mBART (mBART-50)",
     "m2m_100": "M2M100 and NLLB",
     "t5": "T5",
+    "pegasus": "Pegasus (heedful's pre-norm exports)",
 }
 # languages are chosen by a token: the source's in the tokenizer, the target's forced first
 MULTILINGUAL = ("mbart", "m2m_100")
@@ -101,6 +102,20 @@ def saved_languages(directory: str | Path) -> tuple[str | None, str | None]:
     src = data.get("src_lang") or data.get("source_lang")
     tgt = data.get("tgt_lang") or data.get("target_lang")
     return (src if isinstance(src, str) else None), (tgt if isinstance(tgt, str) else None)
+
+
+def exported_pairs(directory: str | Path) -> tuple[tuple[str, str], ...] | None:
+    """A multilingual heedful model's language pairs, kept in its export's marker
+    (heedful-export.json, hf/export.py); None for any other directory or a one-pair model."""
+    data = _json_or_none(Path(directory) / "heedful-export.json")
+    pairs = data.get("pairs") if isinstance(data, dict) else None
+    if not isinstance(pairs, list) or len(pairs) < 2:
+        return None
+    if not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(c, str) for c in p) for p in pairs
+    ):
+        return None
+    return tuple((src, tgt) for src, tgt in pairs)
 
 
 def languages(directory: str | Path, src_lang=None, tgt_lang=None) -> tuple[str, str]:

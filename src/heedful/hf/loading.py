@@ -51,7 +51,7 @@ def _languages(tokenizer, model_type: str, src_lang, tgt_lang, where: Path):
     if not src_lang or not tgt_lang:
         raise CheckpointError(
             f"{where}: a {model_type} model translates between languages it is told: name them, "
-            "heedful.hf.load(DIR, src_lang=..., tgt_lang=...), or save them with the tokenizer "
+            "heedful.load(DIR, src_lang=..., tgt_lang=...), or save them with the tokenizer "
             "(tokenizer.src_lang / tgt_lang in tokenizer_config.json)"
         )
     _language_token(tokenizer, src_lang, where)  # a code the tokenizer has
@@ -60,7 +60,7 @@ def _languages(tokenizer, model_type: str, src_lang, tgt_lang, where: Path):
 
 
 @contextmanager
-def _quiet(hf):
+def quiet(hf):
     """No "Loading weights" progress bar and no load report: the command line's output is the
     translations, and a report of missing weights is our CheckpointError."""
     logging = hf.utils.logging
@@ -79,7 +79,7 @@ def _load_model(hf, directory: Path):
     """The transformers model, or a CheckpointError naming the directory and the cause: a
     damaged file, or weights that are not the model's (transformers' own loading report: a
     tensor missing would be left randomly initialised, one unexpected left out)."""
-    with _quiet(hf):
+    with quiet(hf):
         try:
             model, info = hf.AutoModelForSeq2SeqLM.from_pretrained(
                 directory,

@@ -48,13 +48,14 @@ _BART_LIKE = Layout(
     "encoder_attn",
     ("q_proj", "k_proj", "v_proj", "out_proj"),
 )
-# modeling_marian.py, modeling_bart.py, modeling_mbart.py, modeling_m2m_100.py share this
+# modeling_marian.py, _bart.py, _mbart.py, _m2m_100.py, _pegasus.py share this
 # structure; modeling_t5.py nests each sublayer in T5Block.layer[i].
 LAYOUTS = {
     "marian": _BART_LIKE,
     "bart": _BART_LIKE,
     "mbart": _BART_LIKE,
     "m2m_100": _BART_LIKE,
+    "pegasus": _BART_LIKE,
     "t5": Layout(
         "encoder.block",
         "decoder.block",
@@ -69,8 +70,8 @@ def model_config(model_type: str, config) -> ModelConfig:
     """The sizes heedful's traces and server read (model_info, limits), as a ModelConfig.
 
     Marian and BART are post-norm with a finite position table (learned, or Marian's fixed
-    sinusoids), mBART and M2M100 pre-norm; M2M100's sinusoids and T5's relative position
-    buckets have no length limit.
+    sinusoids), mBART, Pegasus and M2M100 pre-norm; M2M100's sinusoids and T5's relative
+    position buckets have no length limit.
     """
     if model_type == "t5":
         return ModelConfig(
@@ -92,7 +93,7 @@ def model_config(model_type: str, config) -> ModelConfig:
         encoder_layers=config.encoder_layers,
         decoder_layers=config.decoder_layers,
         d_ff=config.encoder_ffn_dim,
-        norm="pre" if model_type in ("mbart", "m2m_100") else "post",
+        norm="pre" if model_type in ("mbart", "m2m_100", "pegasus") else "post",
         positional="learned" if finite else "sinusoidal",
         max_positions=config.max_position_embeddings,
         dropout=0.0,

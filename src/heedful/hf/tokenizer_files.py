@@ -23,6 +23,7 @@ TOKENIZER_CLASSES = {
               "MBart50TokenizerFast"),
     "m2m_100": ("M2M100Tokenizer", "NllbTokenizer", "NllbTokenizerFast"),
     "t5": ("T5Tokenizer", "T5TokenizerFast"),
+    "pegasus": ("PegasusTokenizer", "PegasusTokenizerFast"),
 }  # fmt: skip
 # reads tokenizer.json whatever model wrote it: accepted where there is one
 GENERIC = ("PreTrainedTokenizerFast", "TokenizersBackend")

@@ -74,14 +74,16 @@ def merge_words(trace: Trace) -> Trace:
             per_head = np.moveaxis(np.asarray(h.cross_attention), 0, 2)
             cross = np.moveaxis(np.asarray(_merge(per_head, target, source)), 2, 0).tolist()
         decoder = h.decoder_self_attention
-        hypotheses.append(replace(
-            h,
-            tokens=word_labels(h.tokens, target),
-            cross_attention=cross,
-            decoder_self_attention=None if decoder is None else _merge(decoder, target, target),
-            top_k=[h.top_k[start] for start, _ in target],
-            internals=None,
-        ))  # fmt: skip
+        hypotheses.append(
+            replace(
+                h,
+                tokens=word_labels(h.tokens, target),
+                cross_attention=cross,
+                decoder_self_attention=None if decoder is None else _merge(decoder, target, target),
+                top_k=[h.top_k[start] for start, _ in target],
+                internals=None,
+            )
+        )
     encoder = trace.encoder_self_attention
     return replace(
         trace,
