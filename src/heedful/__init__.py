@@ -10,11 +10,12 @@ prefer_brief_spinning()
 __version__ = "0.1.0"
 
 
-def load(model_dir, device="cpu", quantize=None):
+def load(model_dir, device="cpu", quantize=None, src_lang=None, tgt_lang=None):
     """A Translator for a model directory: `heedful.load(DIR).translate(["Hi."], num_beams=5)`.
 
     DIR is a heedful model directory or a Hugging Face one (Marian, BART, mBART, M2M100/NLLB,
-    T5 in the save_pretrained layout; needs pip install 'heedful[hf]', see heedful.hf).
+    T5 in the save_pretrained layout; needs pip install 'heedful[hf]', see heedful.hf), whose
+    languages src_lang / tgt_lang name for an mBART or M2M100/NLLB model.
 
     quantize="int8" runs its Linear layers in int8 on the CPU (Translator.load says how).
     An image captioning model's directory gives a Captioner (heedful.captioner), whose
@@ -25,4 +26,4 @@ def load(model_dir, device="cpu", quantize=None):
 
     if is_image_model(model_dir) and quantize is None:  # an image captioning model (issue 12)
         return Captioner.load(model_dir, device)  # .caption([image.png, ...])
-    return Translator.load(model_dir, device, quantize)
+    return Translator.load(model_dir, device, quantize, src_lang, tgt_lang)

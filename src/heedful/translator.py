@@ -138,17 +138,27 @@ class Translator:
         model_dir: str | Path,
         device: str | torch.device = "cpu",
         quantize: str | None = None,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
     ) -> Translator:
-        """Load a model directory; quantize="int8" makes its Linear layers int8 (CPU only)."""
+        """Load a model directory; quantize="int8" makes its Linear layers int8 (CPU only).
+        src_lang, tgt_lang: a Hugging Face mBART or M2M100/NLLB model's languages ("en_XX",
+        "de"; default: those saved with its tokenizer)."""
         check_quantize(quantize, device)
         from heedful.hf.layout import is_huggingface_dir
 
         if is_huggingface_dir(model_dir):  # a save_pretrained directory (heedful.hf)
             from heedful.hf.loading import load_parts
 
-            model, src, tgt, generation, languages = load_parts(model_dir, device)
+            parts = load_parts(model_dir, device, src_lang, tgt_lang)
+            model, src, tgt, generation, languages = parts
             model = model if quantize is None else quantize_int8(model)
             return cls(model, src, tgt, generation, device, languages)
+        if src_lang is not None or tgt_lang is not None:
+            raise ValueError(
+                f"{model_dir}: src_lang and tgt_lang name a Hugging Face model's languages; a "
+                "heedful model's are its pairs (translate(..., target=...))"
+            )
         loaded = load_model_dir(model_dir)
         model = loaded.model if quantize is None else quantize_int8(loaded.model)
         return cls(

@@ -68,7 +68,7 @@ def _kind_option(help: str | None = None):
     "--words",
     is_flag=True,
     help="Merge subword pieces into words: attention to a word sums its pieces', from a word "
-    "averages them (heedful.hf.words).",
+    "averages them (heedful.visualize.words).",
 )
 @where_options
 @language_options
@@ -112,7 +112,7 @@ def attention(
     beams = beams_for(num_beams, n_best)
     trace = build_trace(translator, sentence, beams, n_best, target=target, source=source)
     if words:
-        from heedful.hf.words import merge_words
+        from heedful.visualize.words import merge_words
 
         trace = merge_words(trace)
     click.echo(f"{sentence} -> {trace.hypotheses[0].text}")

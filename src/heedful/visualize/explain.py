@@ -292,7 +292,7 @@ def explain(
     check_kind(kind)  # what the model lacks is refused before translating
     [sentence] = translator.sources([sentence], target, source)
     if getattr(translator.model, "hf_model_type", None):  # a Hugging Face model (heedful.hf)
-        from heedful.hf.explain import explain_hf
+        from heedful.visualize.explain_hf import explain_hf
 
         return explain_hf(translator, sentence, layer, head, position, kind)
     if translator.config.arch != "transformer":

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
 from heedful.safejson import dumps
 from heedful.visualize.internals import (
-    DECIMALS,  # the schema's rounding; also read from here (hf/words.py, trace_image.py)
+    DECIMALS,  # the schema's rounding; also read from here (words.py, trace_image.py)
     block_internals,
     recording,
     records_internals,
