@@ -120,11 +120,40 @@ function renderHeadCalc(body, p, calc) {
   out.append(el("b", null, "head output = \u03A3_j weight_j \u00D7 v_j = "), el("span", "vec", vecText(calc.output, 8)));
   body.append(q, table, out);
 }
-function openHeadCalc(kind, layer, head, i) {
+// On a mean of heads, the cell shown is no one head's weight: each head's weight of the key,
+// their mean (the cell), and a button that opens that head's calculation.
+function renderHeadBreakdown(body, kind, layer, i, j) {
+  const heads = headCount(kind, layer);
+  const weights = Array.from({ length: heads }, (_, h) => +headRows(kind, layer, h)[i][j]);
+  const box = el("div", "calc-breakdown");
+  box.dataset.part = "calc-breakdown";
+  box.appendChild(el("p", "calc-line", "The cell is the mean of " + heads + " heads' weights of key " +
+    (j + 1) + " (" + label(colLabels(kind)[j]) + "): " + fmt(sumOf(weights) / heads, 4) + ". Each head:"));
+  const table = el("table", "scores calc-table");
+  weights.forEach((w, h) => {
+    const row = table.insertRow();
+    row.dataset.head = String(h);
+    numCell(row, "head", "head " + (h + 1));
+    numCell(row, "weight", w);
+    numCell(row, "bar", weightBar(w));
+    const open = el("button", null, "its calculation");
+    open.type = "button";
+    open.addEventListener("click", () => openCalc(kind, layer, h, i, { key: j }));
+    numCell(row, "open", open);
+  });
+  box.appendChild(table);
+  body.appendChild(box);
+}
+function openHeadCalc(kind, layer, head, i, key) {
   const p = headParts(kind, layer, head, i);
   const where = KINDS[kind].title + ", layer " + (layer + 1) + ", head " + (head + 1);
-  $("calc-title").textContent = "The calculation of query " + (i + 1) + " (" + label(p ? p.query : "") + ")";
+  const keyText = key == null ? "" : ", key " + (key + 1) + " (" + label(p ? p.keys[key] : "") + ")";
+  $("calc-title").textContent = where + ": query " + (i + 1) + " (" + label(p ? p.query : "") + ")" + keyText;
   $("calc-explain").textContent = where + ": softmax(q\u00B7k_j / \u221Ad_k) over the keys j, " +
     "then the weighted sum of the values v_j. Masked keys (the future) score \u2212\u221E, so exp gives 0.";
-  return p && renderHeadCalc($("calc-body"), p, headCalculation(p, i));
+  if (!p) return null;
+  renderHeadCalc($("calc-body"), p, headCalculation(p, i));
+  const row = key == null ? null : $("calc-body").querySelector('.calc-table tr[data-key="' + key + '"]');
+  if (row) row.classList.add("clicked"); // the key clicked, in its head's calculation
+  return p;
 }

@@ -122,7 +122,9 @@ function openRnnCalc(t) {
 const INTERNALS_MISSING = "This trace holds only the attention weights, not the numbers " +
   "they are made from (it was too large, or made without them): build it with " +
   "build_trace(..., internals=True) to see the whole calculation.";
-function openCalc(kind, layer, head, position) {
+// clicked: {key, mean} of a click on a matrix cell: the key is marked in the calculation, and
+// a mean of heads first shows each head's weight of it (heatmap.js).
+function openCalc(kind, layer, head, position, clicked = {}) {
   const panel = $("calc"), body = $("calc-body");
   body.textContent = "";
   const has = !!(trace.internals && hyp() && hyp().internals) && available(kind);
@@ -130,10 +132,12 @@ function openCalc(kind, layer, head, position) {
   $("calc-note").textContent = has ? "" : (available(kind) ? INTERNALS_MISSING : missingMessage(kind));
   Object.assign(state, { calc: { kind, layer, head, position } });
   panel.hidden = false;
+  if (clicked.mean && !isRNN && available(kind)) renderHeadBreakdown(body, kind, layer, position, clicked.key);
   if (has && isRNN) openRnnCalc(position);
-  else if (has) openHeadCalc(kind, layer, head, position);
+  else if (has) openHeadCalc(kind, layer, head, position, clicked.key);
   panel.dataset.kind = kind;
   panel.dataset.position = String(position);
+  if (panel.scrollIntoView) panel.scrollIntoView({ block: "nearest" }); // not below the fold
 }
 function closeCalc() {
   $("calc").hidden = true;

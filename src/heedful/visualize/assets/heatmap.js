@@ -153,11 +153,15 @@ function initHeatmaps() {
         if (cell) linkStep(cell[0]);
       });
     }
-    // a click opens the calculation of the clicked row (an average of heads: of head 1)
+    // a click opens the calculation of the clicked cell; on an average of heads, first each
+    // head's weight of that key (their mean is the cell), then head 1's calculation
     $(name + "-canvas").addEventListener("click", (event) => {
       const cell = cellAt($(name + "-canvas"), event);
-      const head = $(name + "-head").value;
-      if (cell) openCalc(kind, +$(name + "-layer").value, head === "avg" ? 0 : +head, cell[0]);
+      const head = $(name + "-head").value, mean = head === "avg";
+      if (cell) {
+        const clicked = { key: cell[1], mean };
+        openCalc(kind, +$(name + "-layer").value, mean ? 0 : +head, cell[0], clicked);
+      }
     });
   }
 }

@@ -1,0 +1,50 @@
+"""A click on a cell explains that cell (issue 28, item 2), in headless Chromium.
+
+On the default matrix, the mean of the heads, a cell is no one head's weight: the panel first
+lists each head's weight of the clicked key, whose mean is the cell, each with a button that
+opens that head's calculation; the clicked key is marked in the calculation, and the title
+names the layer, head, query and key.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .test_html import assert_no_console_errors, chromium, open_page, part
+from .test_viewer_calc import click_cell, traces
+
+__all__ = ["chromium", "traces"]  # fixtures: the browser, traces of the golden models
+
+BREAKDOWN = """
+return Array.from(document.querySelectorAll('[data-part="calc-breakdown"] tr[data-head]'),
+    (row) => +row.querySelector('[data-col="weight"]').dataset.value);
+"""
+CLICKED = """
+const row = document.querySelector('[data-part="calc-body"] tr.clicked');
+return row ? +row.dataset.key : null;
+"""
+
+
+def test_a_click_on_a_mean_of_heads_shows_each_heads_weight(chromium, tmp_path, traces):
+    trace = traces["transformer"]
+    driver = open_page(chromium, tmp_path, trace, "click")
+    layer = int(driver.find_element(*part("matrix-layer")).get_attribute("value"))
+    assert driver.find_element(*part("matrix-head")).get_attribute("value") == "avg"
+    i, j = 3, 2
+    click_cell(driver, "matrix", i, j)
+    shown = np.asarray(driver.execute_script(BREAKDOWN), dtype=np.float64)
+    heads = np.asarray(trace["hypotheses"][0]["cross_attention"][i][layer], dtype=np.float64)
+    np.testing.assert_allclose(shown, heads[:, j], rtol=0, atol=1e-12)  # each head's weight
+    np.testing.assert_allclose(shown.mean(), heads.mean(0)[j], atol=1e-12)  # the cell shown
+    assert driver.execute_script(CLICKED) == j
+    title = driver.find_element(*part("calc-title")).text
+    assert f"layer {layer + 1}, head 1" in title and f"query {i + 1}" in title
+    assert f"key {j + 1}" in title, title
+
+    second = '[data-part="calc-breakdown"] tr[data-head="1"] button'
+    driver.find_element("css selector", second).click()
+    title = driver.find_element(*part("calc-title")).text
+    assert "head 2" in title and f"key {j + 1}" in title, title
+    assert driver.execute_script(CLICKED) == j
+    assert driver.find_elements("css selector", '[data-part="calc-breakdown"]') == []
+    assert_no_console_errors(driver)
