@@ -48,3 +48,31 @@ def test_a_click_on_a_mean_of_heads_shows_each_heads_weight(chromium, tmp_path, 
     assert driver.execute_script(CLICKED) == j
     assert driver.find_elements("css selector", '[data-part="calc-breakdown"]') == []
     assert_no_console_errors(driver)
+
+
+COLUMN = """
+return Array.from(document.querySelectorAll('[data-part="calc-body"] tr[data-key]'),
+    (row) => +row.querySelector('[data-col="' + arguments[0] + '"]').dataset.value);
+"""
+PAGE_WIDTH = "return [document.documentElement.scrollWidth, window.innerWidth];"
+
+
+def test_the_calculation_shows_the_cosine_and_fits_the_page(chromium, tmp_path, traces):
+    """q·k_j = |q| |k_j| cos θ, the article's cosine similarity tied to the real score (float64
+    from the trace's q and k); and the panel's tables scroll inside it in a 1280-pixel window,
+    never widening the page."""
+    trace = traces["transformer"]
+    driver = open_page(chromium, tmp_path, trace, "cosine")
+    driver.set_window_size(1280, 900)
+    layer = int(driver.find_element(*part("matrix-layer")).get_attribute("value"))
+    i = 2
+    click_cell(driver, "matrix", i, 0)
+    q = np.asarray(trace["hypotheses"][0]["internals"]["cross"]["q"][layer][0][i], np.float64)
+    k = np.asarray(trace["internals"]["cross"]["k"][layer][0], np.float64)  # (S, d_k)
+    norms = np.linalg.norm(k, axis=1)
+    cosine = k @ q / (norms * np.linalg.norm(q))
+    np.testing.assert_allclose(driver.execute_script(COLUMN, "norm"), norms, rtol=1e-12)
+    np.testing.assert_allclose(driver.execute_script(COLUMN, "cos"), cosine, atol=1e-12)
+    width, window = driver.execute_script(PAGE_WIDTH)
+    assert width <= window, (width, window)
+    assert_no_console_errors(driver)

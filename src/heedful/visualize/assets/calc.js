@@ -74,9 +74,12 @@ function headParts(kind, layer, head, i) {
 }
 function headCalculation(p, i) {
   const scale = Math.sqrt(p.q.length);
+  const qNorm = Math.sqrt(dot(p.q, p.q));
   const rows = p.k.map((k, j) => {
-    const product = dot(p.q, k);
-    return { j, product, scaled: product / scale, masked: !!p.causal && j > i };
+    const product = dot(p.q, k), norm = Math.sqrt(dot(k, k));
+    // q·k_j = |q| |k_j| cos θ: the score is the cosine similarity, scaled by both lengths
+    const cos = product / (qNorm * norm || 1);
+    return { j, product, norm, cos, scaled: product / scale, masked: !!p.causal && j > i };
   });
   for (const r of rows) r.score = r.masked ? -Infinity : r.scaled;
   softmaxRows(rows);
@@ -87,12 +90,13 @@ function headCalculation(p, i) {
   }
   return { rows, output };
 }
-const HEAD_COLUMNS = ["j", "key", "k_j", "q\u00B7k_j", "\u00F7\u221Ad_k", "masked", "exp(s \u2212 max)",
-  "weight", "", "trace", "v_j", "weight \u00D7 v_j"];
+const HEAD_COLUMNS = ["j", "key", "k_j", "q\u00B7k_j", "|k_j|", "cos \u03B8", "\u00F7\u221Ad_k", "masked",
+  "exp(s \u2212 max)", "weight", "", "trace", "v_j", "weight \u00D7 v_j"];
 function renderHeadCalc(body, p, calc) {
   const q = el("p", "calc-line");
   q.append(el("b", null, "q = "), el("span", "vec", vecText(p.q, 8)), el("span", "note-inline",
-    "  d_k = " + p.q.length + ", \u221Ad_k = " + fmt(Math.sqrt(p.q.length), 4)));
+    "  d_k = " + p.q.length + ", \u221Ad_k = " + fmt(Math.sqrt(p.q.length), 4) + ", |q| = " +
+    fmt(Math.sqrt(dot(p.q, p.q)), 4) + "; q\u00B7k_j = |q| |k_j| cos \u03B8"));
   q.dataset.vector = JSON.stringify(p.q);
   const table = el("table", "scores calc-table");
   const header = table.insertRow();
@@ -105,6 +109,8 @@ function renderHeadCalc(body, p, calc) {
     numCell(row, "key", tokenChip(p.keys[r.j]));
     numCell(row, "k", p.k[r.j]);
     numCell(row, "dot", r.product);
+    numCell(row, "norm", r.norm);
+    numCell(row, "cos", r.cos);
     numCell(row, "scaled", r.scaled);
     numCell(row, "score", r.score);
     numCell(row, "exp", r.exp);
