@@ -76,3 +76,29 @@ def test_the_calculation_shows_the_cosine_and_fits_the_page(chromium, tmp_path, 
     width, window = driver.execute_script(PAGE_WIDTH)
     assert width <= window, (width, window)
     assert_no_console_errors(driver)
+
+
+def test_an_rnn_steps_candidates_are_chips_with_the_probability_beside(chromium, tmp_path, traces):
+    """The chip holds the token alone (its spaces shown as ␣); the probability stands beside it,
+    never inside the chip as "f␣0.900" (issue 28, item 7)."""
+    trace = traces["rnn"]
+    driver = open_page(chromium, tmp_path, trace, "candidates")
+    driver.execute_script("window.heedfulViewer.openCalc('cross', 0, 0, 1)")
+    chips = driver.execute_script(
+        "return Array.from(document.querySelectorAll('[data-part=\"calc-body\"] .candidate .tok'),"
+        " (t) => t.title);"
+    )
+    assert chips == [c["token"] for c in trace["hypotheses"][0]["top_k"][1]]
+    assert_no_console_errors(driver)
+
+
+def test_a_beam_holding_unk_says_so(chromium, tmp_path):
+    """decode leaves <unk> out of a hypothesis's text; the beam list says it is there."""
+    from .test_html import synthetic_trace
+
+    trace = synthetic_trace(num_hyps=2)
+    trace["hypotheses"][1]["tokens"][1] = "<unk>"
+    driver = open_page(chromium, tmp_path, trace, "unk")
+    beams = driver.find_element(*part("beam-list")).text
+    assert beams.count("× <unk> left out") == 1 and "1 × <unk> left out" in beams, beams
+    assert_no_console_errors(driver)

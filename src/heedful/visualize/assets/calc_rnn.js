@@ -106,7 +106,9 @@ function renderRnnCalc(body, t) {
     "p(y_t) = p_gen softmax(W_o h\u0303_t) + (1 \u2212 p_gen) \u03A3 a_t(s) over the source positions " +
     "holding y_t, p_gen = " + fmt(pgen, 3) + "; the most probable tokens:");
   for (const cand of h.top_k[t] || []) {
-    out.appendChild(tokenChip(cand.token + " " + fmt(cand.prob, 3), cand.token === h.tokens[t] ? "chosen" : ""));
+    // the token as a chip (its spaces shown), its probability plain beside it: "f 0.900"
+    const item = out.appendChild(el("span", "candidate"));
+    item.append(tokenChip(cand.token, cand.token === h.tokens[t] ? "chosen" : ""), el("span", "num", " " + fmt(cand.prob, 3) + " "));
   }
   body.append(steps, rnnTable(h, t, calc));
 }

@@ -38,6 +38,9 @@ function renderBeams() {
     button.type = "button";
     button.setAttribute("aria-pressed", String(i === state.hyp));
     const text = el("span", "text", h.text);
+    // decode leaves <unk> out of the text: say where the output holds one, or it reads as whole
+    const unknown = (h.tokens || []).filter((t) => t === "<unk>").length;
+    if (unknown) text.appendChild(el("span", "unfinished", "(" + unknown + " \u00D7 <unk> left out)"));
     if (h.finished === false) text.appendChild(el("span", "unfinished", "(unfinished)"));
     button.append(el("span", "rank", "#" + (i + 1)), text, el("span", "score", fmt(h.score, 3)));
     button.addEventListener("click", () => selectHypothesis(i));
