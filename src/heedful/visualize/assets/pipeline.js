@@ -9,7 +9,8 @@ const PIPE_EXPLAIN = {
     "Vaswani et al. 2017, \u00A73.2.1), the keys a query may not see set to \u2212\u221E " +
     "(hatched: the future, in decoder self-attention), then a softmax along each row. " +
     "Recomputed here from the trace's Q and K. Lower \u03C4, or drop \u221Ad_k, and each " +
-    "row turns into a single 1.",
+    "row turns into a single 1; raise \u03C4 and it evens out (entropy \u2192 ln of its keys). " +
+    "Each row of weights is coloured on its own scale, up to its max.",
   rnn: "The decoder's score of every source token (columns) at every step (rows), as the " +
     "model computed them, then softmax(score / \u03C4) along each row. Lower \u03C4 and each " +
     "row turns into a single 1; raise it and the weights even out.",
@@ -67,10 +68,32 @@ function drawSmallMatrix(canvas, rows, colour) {
   const ctx = sizeCanvas(canvas, nCols * cell, nRows * cell);
   const pattern = hatch(ctx);
   rows.forEach((row, i) => row.forEach((x, j) => {
-    ctx.fillStyle = x === -Infinity ? pattern : colour(x);
+    ctx.fillStyle = x === -Infinity ? pattern : colour(x, i);
     ctx.fillRect(j * cell, i * cell, cell - gap, cell - gap);
   }));
   canvas._cell = cell;
+}
+// Each row of weights is one distribution: its largest weight and its entropy H = −Σ w ln w
+// (ln of the keys it may see when uniform, 0 when all on one key).
+function rowStats(weights) {
+  return weights.map((row) => ({
+    max: Math.max(...row),
+    entropy: -row.reduce((sum, w) => sum + (w > 0 ? w * Math.log(w) : 0), 0),
+  }));
+}
+function statsTable(stats) {
+  const table = el("table", "scores pipe-stats");
+  table.dataset.part = "pipe-stats";
+  const header = table.insertRow();
+  for (const name of ["row", "max", "entropy"]) header.appendChild(el("th", null, name));
+  stats.forEach((s, i) => {
+    const row = table.insertRow();
+    row.dataset.row = String(i);
+    numCell(row, "row", String(i + 1));
+    numCell(row, "max", s.max, 3);
+    numCell(row, "entropy", s.entropy, 3);
+  });
+  return table;
 }
 function pipeTooltip(canvas, m, rows) {
   canvas.addEventListener("mousemove", (event) => {
@@ -94,14 +117,18 @@ function drawPipeline(m) {
     figure.dataset.step = name;
     figure.appendChild(el("figcaption", null, caption));
     const canvas = figure.appendChild(el("canvas"));
-    const colour = name === "weights" ? (x) => seqColour(x, 1) : (x) => divColour(x, scale);
+    // weights: each row on its own scale (÷ its max), so a flat row reads as flat, not as
+    // "nothing", however high τ spreads it; the row's max and entropy stand beside it
+    const colour = name === "weights" ? (x, i) => seqColour(x, m.stats[i].max || 1)
+      : (x) => divColour(x, scale);
     drawSmallMatrix(canvas, rows, colour);
     pipeTooltip(canvas, m, rows);
     box.appendChild(figure);
+    if (name === "weights") box.appendChild(statsTable(m.stats));
   });
   const legends = box.appendChild(el("div", "pipe-legends"));
   for (const [min, max, colour, title] of [[-scale, scale, (v) => divColour(v, scale), "score"],
-    [0, 1, (v) => seqColour(v, 1), "weight"]]) {
+    [0, 1, (v) => seqColour(v, 1), "weight \u00F7 its row's max"]]) {
     const canvas = legends.appendChild(el("canvas"));
     Object.assign(canvas, { width: 280, height: 36 });
     drawLegend(canvas, min, max, colour, title);
@@ -122,6 +149,7 @@ function renderPipeline() {
   const m = isRNN ? rnnPipeline(tau) : transformerPipeline(kind, +$("pipe-layer").value, +$("pipe-head").value, tau);
   ok = !!m;
   setAvailable("pipe", ok, INTERNALS_MISSING);
+  if (ok) m.stats = rowStats(m.weights);
   state.pipeline = m;
   if (ok) drawPipeline(m);
 }
