@@ -14,6 +14,7 @@ import test_hostile_lines as lines
 import test_hostile_model_dirs as model_dirs
 import test_hostile_output_dirs as output_dirs
 import test_hostile_training as training
+import test_recipes as recipes
 from data import test_hostile_images as images
 from data import test_hostile_prepared as prepared
 from hf import test_hostile as hf_dirs
@@ -70,6 +71,7 @@ def test_the_documented_counts_are_the_tables():
         "`tests/test_frozen_features.py` (`HOSTILE`": len(frozen_features.HOSTILE),
         "`tests/server/test_hostile_deadlines.py` (`CASES`": len(deadlines.CASES),
         "`tests/test_hostile_lines.py` (`CASES`": len(lines.CASES),
+        "`tests/test_recipes.py` (`HOSTILE_INIT`": len(recipes.HOSTILE_INIT),
         "`tests/server/test_lt_hostile.py` (`HTML_ROWS`": len(lt_hostile.HTML_ROWS)
         + len(lt_hostile.HTML_REFUSED)
         + len(lt_hostile.FILE_ROWS)

@@ -124,3 +124,45 @@ def test_the_heedful_command_has_recipes_and_init():
 
     assert main.commands.get("recipes") is recipes_command
     assert main.commands.get("init") is init
+
+
+def _under_a_file(tmp_path: Path) -> str:
+    (tmp_path / "afile").write_text("mine\n", encoding="utf-8")
+    return str(tmp_path / "afile" / "x.yaml")
+
+
+def _dangling(tmp_path: Path) -> str:
+    (tmp_path / "link.yaml").symlink_to(tmp_path / "elsewhere.yaml")
+    return str(tmp_path / "link.yaml")
+
+
+# `heedful init`'s hostile table (docs/hostile-inputs.md): (id, name, -o from tmp_path, words)
+HOSTILE_INIT = [
+    ("row0-empty-output", "transformer", lambda t: "", "-o is empty"),
+    ("row0-empty-name", "", None, "unknown recipe ''"),
+    ("row0-huge-name", "a" * 5000, None, "unknown recipe 'aaaa"),
+    ("row0-nul-in-name", "trans\0former", None, "unknown recipe"),
+    ("output-under-a-file", "transformer", _under_a_file, "afile is a file, not a folder"),
+    ("output-in-proc", "transformer", lambda t: "/proc/heedful-x.yaml", "cannot write it"),
+    ("output-a-device", "transformer", lambda t: "/dev/null", "already exists"),
+    ("output-a-dangling-link", "transformer", _dangling, "already exists"),
+    ("name-a-folder", "multi30k", None, "unknown recipe 'multi30k'"),
+    ("name-leaves-the-recipes", "../recipes/__init__", None, "unknown recipe"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, output, words", [pytest.param(*row[1:], id=row[0]) for row in HOSTILE_INIT]
+)
+def test_init_refuses_hostile_names_and_paths_in_one_line(
+    name, output, words, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    args = ["init", name] + ([] if output is None else ["-o", output(tmp_path)])
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = heedful(*args)
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert words in result.output and result.output.count("\n") == 1, result.output
+    assert len(result.output) < 1000  # a quoted name is cut short, never echoed whole
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+    assert not (tmp_path / "elsewhere.yaml").exists()

@@ -85,8 +85,9 @@ def get(name: str) -> Recipe:
     found = [key] if key in files else [n for n in files if n.rsplit("/", 1)[-1] == key]
     if len(found) != 1:
         what = "ambiguous" if found else "unknown"
+        shown = repr(name) if len(name) <= 60 else f"{name[:57]!r}..."  # never echoed whole
         raise RecipeError(
-            f"{what} recipe {name!r}; the recipes are {', '.join(found or files)} "
+            f"{what} recipe {shown}; the recipes are {', '.join(found or files)} "
             "(heedful recipes describes them)"
         )
     text = files[found[0]].read_text(encoding="utf-8")
@@ -132,17 +133,23 @@ def write(name: str, path: str | Path | None = None) -> Path:
     is a folder) and return where it went. Never overwrites: a file already there may hold a
     user's edits, so it is an error, and nothing is written."""
     recipe = get(name)
+    if path is not None and not str(path).strip():
+        raise RecipeError("-o is empty: give the file to write (or leave -o out)")
     target = Path(path) if path is not None else Path(recipe.stem + SUFFIX)
     if target.is_dir():
         target = target / (recipe.stem + SUFFIX)
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         # "x": created here or not at all, even against a file that appears meanwhile
         with open(target, "x", encoding="utf-8") as file:
             file.write(header(recipe, target) + recipe.text)
-    except FileExistsError:
+    except FileExistsError as error:
+        if Path(error.filename or "") != target:  # a folder on the way is a file
+            raise RecipeError(f"{target}: {error.filename} is a file, not a folder") from None
         raise RecipeError(
             f"{target}: already exists; heedful init never overwrites a file "
             "(give -o another path, or move that file away)"
         ) from None
+    except OSError as error:
+        raise RecipeError(f"{target}: cannot write it ({error.strerror})") from None
     return target
