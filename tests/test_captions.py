@@ -315,3 +315,17 @@ def test_the_default_model_s_directory_round_trips(tmp_path, pictures):
     _, paths = pictures
     first, second = (Captioner.load(result.model_dir).caption(paths) for _ in range(2))
     assert [c.text for c in first] == [c.text for c in second]
+
+
+def test_the_captions_demo_warns_when_its_budget_ends_training_early(tmp_path):
+    """As the text demos do (issue 28, item 5): a busy machine's time budget stops training
+    before its target, and the report says so and what to do."""
+    lines = []
+    result = run_caption_demo(
+        "cnn-rnn-bahdanau", tmp_path, train_size=60, test_size=4, max_time=1e-3,
+        progress=False, echo=lines.append,
+    )  # fmt: skip
+    assert result.stopped_by == "max_time"
+    [warning] = [line for line in lines if line.startswith("warning:")]
+    assert "stopped by --max-time (0.001 s) before its target" in warning
+    assert "rerun with a larger --max-time, or on an idle machine" in warning

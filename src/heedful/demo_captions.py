@@ -21,6 +21,7 @@ from heedful.config import Config, DataConfig, GenerationConfig, ModelConfig, Tr
 from heedful.data.image_pairs import ImagePairs, ImageSource
 from heedful.data.scenes import CANVAS, SceneSet, scenes_task
 from heedful.data.tokenizers import SPECIALS
+from heedful.demo import undertrained_warning
 from heedful.evaluation import caption_bleu, exact_match
 from heedful.models.build import build_model
 
@@ -303,6 +304,9 @@ def run_caption_demo(
         f"({dev_score:.1%})"
     )
     accuracy, bleu, examples = _score(captioner, test, echo)
+    warning = undertrained_warning(result.stopped_by, accuracy, config.train)
+    if warning:  # as the text demos say it: a busy machine's budget ended training early
+        echo(warning)
     overlay = _draw(captioner, test, out_dir, model_name, echo)
     model_dir = _save(captioner, test, out_dir, model_name, echo)
     return CaptionDemoResult(

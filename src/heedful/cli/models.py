@@ -47,8 +47,20 @@ def _demo_options() -> list[click.Parameter]:
     help="Generated training pairs [default: the task's, 40000 dates, 6000 questions or "
     "20000 scenes].",
 )
-@click.option("--max-steps", type=int, default=None, help="Stop after this many steps.")
-@click.option("--max-time", type=float, default=None, help="Stop after this many seconds.")
+@click.option(
+    "--max-steps",
+    type=int,
+    default=None,
+    help="Stop after this many steps [default: the task's, 6000 dates or questions, 20000 "
+    "scenes; training stops sooner when every development pair is right].",
+)
+@click.option(
+    "--max-time",
+    type=float,
+    default=None,
+    help="Stop after this many seconds [default: 150, every task's budget; a busy machine "
+    "trains fewer steps in it, and the demo then warns that its model is undertrained].",
+)
 @click.option(
     "--seed",
     default=1,
