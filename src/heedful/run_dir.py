@@ -341,6 +341,7 @@ def run_training(run: Run, model, tokenizers, pairs, validate, latest, progress,
         echo=echo,
     )
     echo(stopped_line(run, result))
+    dist.finish()  # every process saved and said its last line: leave the group together
     return result
 
 

@@ -97,6 +97,15 @@ class Distributed:
         if self.world_size > 1:
             torch.distributed.barrier()
 
+    def finish(self) -> None:
+        """Leave torchrun's process group once every process is done: a process that exits
+        with the group still open can die in its threads' teardown ("terminate called without
+        an active exception", exit -6) after training went well, and torchrun reports a
+        failure. Alone, there is nothing to leave."""
+        if self.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+
 
 def elastic_store_warning(env) -> str | None:
     """What to tell a user whose torchrun restarts workers (--max-restarts) over the store it
