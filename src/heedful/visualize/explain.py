@@ -27,6 +27,7 @@ from heedful.visualize.explanation import (
     at,
     first_rows,
     produce,
+    replay_capturing,
     rows,
     vec,
 )
@@ -82,23 +83,6 @@ def _attention_module(model, kind: str, layer: int | None, head: int | None):
     mha = block.cross_attn if kind == "cross" else block.self_attn
     hi = check_index("head", 1 if head is None else head, mha.num_heads, "head", "each layer")
     return block, mha, li, hi
-
-
-def _replay_capturing(translator, out: Output, modules: dict):
-    """Translator.replay with forward hooks on `modules`: each one's input and output as the
-    model computed them, and the model's attention maps."""
-    captured: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def keep(name):
-        return lambda _module, args, output: captured.__setitem__(name, (args[0], output))
-
-    hooks = [module.register_forward_hook(keep(name)) for name, module in modules.items()]
-    try:
-        maps = translator.replay(out.src, out.hypothesis).attention
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return captured, maps
 
 
 def _recompute(captured, kind: str, head: int, query: int, d_k: int, keys: list[str]) -> _Head:
@@ -249,7 +233,7 @@ def _explain_transformer(translator, out: Output, kind, chosen, position) -> Exp
     sequence = "the source" if kind == "encoder" else "the output"
     qi = check_index("position", position, len(queries), "token", sequence)
     hooks = {"layer": block, "w_q": mha.w_q, "w_k": mha.w_k, "w_v": mha.w_v, "w_o": mha.w_o}
-    captured, maps = _replay_capturing(translator, out, hooks)
+    captured, maps = replay_capturing(translator, out, hooks)
     read = out.source_tokens if kind == "encoder" else out.inputs  # the token at each position
     h = _recompute(
         captured, kind, hi, qi, mha.d_head, read if kind != "cross" else out.source_tokens

@@ -25,7 +25,16 @@ from dataclasses import dataclass
 
 import torch
 
-from heedful.visualize.explanation import Explanation, Section, at, first_rows, produce, rows, vec
+from heedful.visualize.explanation import (
+    Explanation,
+    Section,
+    at,
+    first_rows,
+    produce,
+    replay_capturing,
+    rows,
+    vec,
+)
 from heedful.visualize.trace import check_index
 
 KIND_NAMES = {
@@ -54,22 +63,9 @@ def _choose(model, kind: str, layer, head):
 def _capture(translator, out, attn, names) -> tuple[dict, object]:
     """Replay with hooks: each projection's (input, output), and the attention module's own
     output (T5's carries the position bias it added)."""
-    captured: dict = {}
-
-    def keep(name):
-        return lambda _m, args, output: captured.__setitem__(
-            name, (args[0] if args else None, output)
-        )
-
     watched = {role: attn.get_submodule(n) for role, n in zip(("q", "k", "v", "o"), names)}
     watched["attention"] = attn
-    hooks = [m.register_forward_hook(keep(role)) for role, m in watched.items()]
-    try:
-        maps = translator.replay(out.src, out.hypothesis).attention
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return captured, maps
+    return replay_capturing(translator, out, watched)
 
 
 def _bias(model, captured, head: int, query: int, keys: int) -> torch.Tensor | None:

@@ -91,3 +91,23 @@ def produce(translator, sentence: str) -> Output:
     tgt = translator.tgt_tokenizer
     output_tokens = [tgt.id_to_token(i) for i in hyp.tokens] + ([EOS] if hyp.finished else [])
     return Output(src, hyp, seen_tokens(translator.src_tokenizer, sentence), output_tokens)
+
+
+def replay_capturing(translator, out: Output, modules: dict):
+    """Translator.replay with forward hooks on `modules` ({name: module}): each one's (input,
+    output) as the model computed them (input None where it was called with keywords only),
+    and the model's attention maps. Both explainers, ours and Hugging Face's, read from it."""
+    captured: dict[str, tuple[torch.Tensor | None, torch.Tensor]] = {}
+
+    def keep(name):
+        return lambda _module, args, output: captured.__setitem__(
+            name, (args[0] if args else None, output)
+        )
+
+    hooks = [module.register_forward_hook(keep(name)) for name, module in modules.items()]
+    try:
+        maps = translator.replay(out.src, out.hypothesis).attention
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return captured, maps
