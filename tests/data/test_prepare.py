@@ -163,3 +163,26 @@ def test_an_unfinished_directory_is_not_taken_for_a_prepared_one(tmp_path):
     (tmp_path / "p" / MANIFEST).unlink()
     with pytest.raises(PreparedError, match="incomplete one"):
         open_prepared(tmp_path / "p")
+
+
+def test_a_vocabulary_the_text_cannot_fill_is_lowered_as_training_lowers_it(tmp_path):
+    """`heedful prepare` trains the tokenizers `heedful train` would (fill_vocabulary): asked
+    for more pieces than the text holds, both train the most it can and say so in one line."""
+    from heedful.data.sentencepiece_model import fill_vocabulary
+
+    data = replace(corpus(tmp_path / "c"), vocab_size=5000)
+    said: list[str] = []
+    prepare(data, tmp_path / "p", workers=1, progress=False, echo=said.append)
+    lowered = [line for line in said if "data.vocab_size" in line]
+    assert len(lowered) == 1 and "5000 is more than the training text can fill" in lowered[0]
+    pairs = read_parallel(data.train_src, data.train_tgt, "s", "t")
+    src_tok, _ = fill_vocabulary(
+        lambda size: train_tokenizers(
+            [s for s, _ in pairs], [t for _, t in pairs], "sentencepiece", size, joint=True
+        ),
+        5000,
+        echo=lambda line: None,
+    )
+    prepared = open_prepared(tmp_path / "p")
+    assert 4 < len(prepared.tokenizers[0]) < 5000
+    assert prepared.tokenizers[0].model_proto == src_tok.model_proto

@@ -236,6 +236,7 @@ class SplitReport:
 def _tokenizers(data, build: Path, echo) -> tuple[str, str]:
     """Copy the given tokenizers, or train them on a sample of the training text, into the
     directory being built; -> the two files, as workers load them."""
+    from heedful.data.sentencepiece_model import fill_vocabulary
     from heedful.data.tokenizers import train_tokenizers
 
     files = (str(build / "tokenizer.src"), str(build / "tokenizer.tgt"))
@@ -247,16 +248,20 @@ def _tokenizers(data, build: Path, echo) -> tuple[str, str]:
         "all" if data.tokenizer == "char" else f"a sample of {data.tokenizer_sample:,} lines of"
     )
     echo(f"training the {data.tokenizer} tokenizers on {sample} the training text")
-    sides = ((s for s, _ in iter_split(data, "train")), (t for _, t in iter_split(data, "train")))
-    try:
-        trained = train_tokenizers(
+
+    def train(vocab_size: int):  # the sides read afresh for each try: they are generators
+        sides = (s for s, _ in iter_split(data, "train")), (t for _, t in iter_split(data, "train"))
+        return train_tokenizers(
             *sides,
             kind=data.tokenizer,
-            vocab_size=data.vocab_size,
+            vocab_size=vocab_size,
             model_type=data.sp_model_type,
             joint=data.joint_vocab,
             sample=data.tokenizer_sample,
         )
+
+    try:  # a vocab_size the text cannot fill is lowered in one line, as `heedful train` does
+        trained = fill_vocabulary(train, data.vocab_size, echo)
     except ValueError as error:
         raise PreparedError(
             f"cannot train the data.tokenizer ({data.tokenizer}): {error}"
