@@ -1,6 +1,7 @@
-"""A built-in toy dialogue task: small talk → replies, the articles' own example, no download.
+"""A built-in toy dialogue task: small talk → replies, the articles' example, no download.
 
-The illustrated seq2seq articles show a chatbot answering "Hi, How are you?" with "I am fine".
+The self-attention article (built on Michael Phi's and Hedu AI's illustrated guides) shows a
+chatbot answering "Hi, How are you?" with "I am fine".
 This task generates such exchanges: greetings, questions about well-being, names, age, where
 one lives, likes and thanks, each asked in a few paraphrases, with or without a greeting
 before it ("Hello, how is it going?"), in any case and with or without its final punctuation.
