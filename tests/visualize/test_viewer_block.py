@@ -161,3 +161,31 @@ def test_two_viewers_draw_their_own_block(chromium, tmp_path, traces):
     ]
     assert pressed == ["embed", "ff_out"]
     assert_no_console_errors(chromium)
+
+
+AXES = "return JSON.parse(arguments[0].dataset.axes || \"null\")"
+
+
+def test_the_positional_figures_have_axes(chromium, tmp_path, traces):
+    """Issue 28, item 6: the PE table, its curves and PE·PEᵀ say what their axes are, with
+    the indices along them (they were bare colours and lines)."""
+    driver = open_page(chromium, tmp_path, traces["transformer"], "block-axes")
+    driver.find_element(*part("tab-block")).click()
+    for name, (x, y), (rows, cols) in (
+        ("pe-table", ("dimension d", "position pos"), (32, 16)),
+        ("pe-products", ("position j", "position i"), (32, 32)),
+    ):
+        canvas = driver.find_element(*part(name))
+        axes = driver.execute_script(AXES, canvas)
+        assert axes is not None, f"{name} has no axes"
+        assert (axes["x"], axes["y"]) == (x, y)
+        for got, n in ((axes["xticks"], cols), (axes["yticks"], rows)):
+            assert got[0] == 0 and got[-1] >= n - (got[1] - got[0]) and got[-1] < n, got
+    curves = driver.find_element(*part("pe-curves"))
+    texts = lambda axis: [  # noqa: E731
+        t.text for t in curves.find_elements("css selector", f'text[data-axis="{axis}"]')
+    ]
+    assert texts("y") == ["−1", "0", "1"]
+    assert texts("x")[0] == "0" and len(texts("x")) >= 4
+    assert "against position pos →" in curves.get_attribute("textContent")
+    assert_no_console_errors(driver)

@@ -103,22 +103,48 @@ function renderBlockDiagram() {
 }
 
 // ---- the positional encoding --------------------------------------------------------------
-// A matrix drawn as coloured cells; the exact numbers travel in data-matrix.
-function drawMatrix(canvas, matrix, colour) {
+// Every figure has axes: what its rows and columns are, and their indices every few cells.
+const AXIS_LEFT = 46, AXIS_TOP = 30;
+function ticks(n, cell) {  // 0, step, 2·step, …: labels at least 22 px apart
+  const step = Math.max(1, Math.ceil(22 / cell)), out = [];
+  for (let i = 0; i < n; i += step) out.push(i);
+  return out;
+}
+function drawAxes(ctx, rows, cols, cell, axes) {
+  const xticks = ticks(cols, cell), yticks = ticks(rows, cell);
+  ctx.fillStyle = "#4a5568";
+  ctx.font = "10px sans-serif";
+  ctx.textAlign = "center";
+  ctx.textBaseline = "bottom";
+  for (const j of xticks) ctx.fillText(String(j), AXIS_LEFT + (j + 0.5) * cell, AXIS_TOP - 2);
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (const i of yticks) ctx.fillText(String(i), AXIS_LEFT - 4, AXIS_TOP + (i + 0.5) * cell);
+  ctx.textAlign = "left";
+  ctx.textBaseline = "top";  // rows downwards, columns across, named in the corner
+  ctx.fillText("\u2193 " + axes.y + ",  " + axes.x + " \u2192", 2, 2);
+  return { x: axes.x, y: axes.y, xticks, yticks };
+}
+// A matrix drawn as coloured cells under its axes; the exact numbers travel in data-matrix.
+function drawMatrix(canvas, matrix, colour, axes) {
   const rows = matrix.length, cols = (matrix[0] || []).length;
   const cell = Math.max(3, Math.min(14, Math.floor(480 / Math.max(rows, cols, 1))));
-  const ctx = sizeCanvas(canvas, cols * cell, rows * cell);
+  const ctx = sizeCanvas(canvas, AXIS_LEFT + cols * cell, AXIS_TOP + rows * cell);
   let max = 0;
   for (const row of matrix) for (const v of row) max = Math.max(max, Math.abs(v));
   matrix.forEach((row, i) => row.forEach((v, j) => {
     ctx.fillStyle = colour(v, max || 1);
-    ctx.fillRect(j * cell, i * cell, cell, cell);
+    ctx.fillRect(AXIS_LEFT + j * cell, AXIS_TOP + i * cell, cell, cell);
   }));
+  canvas.dataset.axes = JSON.stringify(drawAxes(ctx, rows, cols, cell, axes));
   canvas.dataset.matrix = JSON.stringify(matrix);
   canvas.onmousemove = (event) => {
     const box = canvas.getBoundingClientRect();
-    const i = Math.floor((event.clientY - box.top) / cell), j = Math.floor((event.clientX - box.left) / cell);
-    if (i < rows && j < cols) showTip(event, [["row ", String(i)], ["column ", String(j)], ["value ", fmt(matrix[i][j], 4)]]);
+    const i = Math.floor((event.clientY - box.top - AXIS_TOP) / cell);
+    const j = Math.floor((event.clientX - box.left - AXIS_LEFT) / cell);
+    if (i >= 0 && j >= 0 && i < rows && j < cols) {
+      showTip(event, [[axes.y + " ", String(i)], [axes.x + " ", String(j)], ["value ", fmt(matrix[i][j], 4)]]);
+    } else hideTip();
   };
   canvas.onmouseleave = hideTip;
 }
@@ -131,15 +157,32 @@ function curveDimensions(d) {
   const picks = [0, 1, Math.floor(d / 2) - (Math.floor(d / 2) % 2), Math.floor(d / 2) + 1 - (Math.floor(d / 2) % 2), d - 1];
   return Array.from(new Set(picks.filter((k) => k >= 0 && k < d))).sort((a, b) => a - b);
 }
+function svgText(target, attrs, text) {
+  const node = svg("text", { fill: "#4a5568", "font-size": 10, ...attrs });
+  node.textContent = text;
+  return target.appendChild(node);
+}
+// The curves' axes: PE from −1 to 1 upwards, the positions along the bottom.
+function curveAxes(target, P, x, y, w, plot) {
+  for (const v of [-1, 0, 1]) {
+    target.appendChild(svg("line", { x1: x(0), x2: w - 24, y1: y(v), y2: y(v), stroke: v ? "#e6e9f0" : "#c8cfdc" }));
+    svgText(target, { x: x(0) - 4, y: y(v) + 3, "text-anchor": "end", "data-axis": "y" }, v < 0 ? "\u22121" : String(v));
+  }
+  const step = Math.max(1, Math.ceil(P / 8));
+  for (let p = 0; p < P; p += step) {
+    svgText(target, { x: x(p), y: plot + 12, "text-anchor": "middle", "data-axis": "x" }, String(p));
+  }
+  svgText(target, { x: x(0), y: plot + 26 }, "PE[pos, d] (up) against position pos \u2192");
+}
 function drawCurves(target, pe) {
-  const P = pe.length, w = 480, h = 150, pad = 24;
+  const P = pe.length, w = 480, plot = 150, h = plot + 30, pad = 24, left = 40;
   target.textContent = "";
   target.setAttribute("viewBox", "0 0 " + w + " " + h);
   target.setAttribute("width", w);
   target.setAttribute("height", h);
-  const x = (p) => pad + (p / Math.max(P - 1, 1)) * (w - 2 * pad);
-  const y = (v) => h / 2 - v * (h / 2 - pad / 2);
-  target.appendChild(svg("line", { x1: pad, x2: w - pad, y1: y(0), y2: y(0), stroke: "#c8cfdc" }));
+  const x = (p) => left + (p / Math.max(P - 1, 1)) * (w - left - pad);
+  const y = (v) => plot / 2 - v * (plot / 2 - pad / 2);
+  curveAxes(target, P, x, y, w, plot);
   const dims = curveDimensions((pe[0] || []).length);
   target.dataset.dims = JSON.stringify(dims);
   dims.forEach((k, n) => {
@@ -155,9 +198,9 @@ function drawCurves(target, pe) {
 }
 function renderPositional() {
   const pe = blockData().positional;
-  drawMatrix($("pe-table"), pe, divColour);
+  drawMatrix($("pe-table"), pe, divColour, { x: "dimension d", y: "position pos" });
   drawCurves($("pe-curves"), pe);
-  drawMatrix($("pe-products"), positionProducts(pe), divColour);
+  drawMatrix($("pe-products"), positionProducts(pe), divColour, { x: "position j", y: "position i" });
   $("pe-explain").textContent = "The first " + pe.length + " positions (rows) \u00D7 " +
     (pe[0] || []).length + " dimensions (columns) of the encoding the model adds to the scaled " +
     "embeddings; below, a few dimensions as curves over the positions, and PE\u00B7PE\u1D40: " +
