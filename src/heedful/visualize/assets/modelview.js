@@ -43,6 +43,9 @@ function modelGrid(kind) {
   const section = el("section", "model-kind");
   section.dataset.kind = kind;
   section.appendChild(el("h3", null, KINDS[kind].title));
+  // what a thumbnail's rows and columns are, in the words of that kind's matrix view
+  section.appendChild(el("p", "model-axes", "In each: rows " + KINDS[kind].row + ", columns " +
+    KINDS[kind].col + ", on the scale above."));
   const heads = headCount(kind, 0), layers = layerCount(kind);
   const grid = section.appendChild(el("div", "model-grid"));
   grid.style.gridTemplateColumns = "auto repeat(" + heads + ", max-content)";
@@ -59,6 +62,9 @@ function modelGrid(kind) {
 function renderModelView() {
   const kinds = ["enc", "dec", "cross"].filter(available);
   setAvailable("model", kinds.length > 0, missingMessage("cross"));
+  const legend = $("model-legend");  // the thumbnails share one scale: weights from 0 to 1
+  drawLegend(legend, 0, 1, (v) => seqColour(v, 1), "attention weight, the same scale in every thumbnail");
+  legend.dataset.range = "0,1";
   const box = $("model-grids");
   box.textContent = "";
   for (const kind of kinds) box.appendChild(modelGrid(kind));
