@@ -114,7 +114,31 @@ function drawHeadLines() {
     });
     lines.appendChild(group);
   }
+  if (focus) drawWeightBoxes(lines, heads);
   $("head-view").dataset.lineCount = String(count);
+}
+// bertviz's boxes: with a token hovered, each token across from it gets one box per shown head,
+// as dark as that head's weight between the two, so heads compare at a glance.
+const BOX = 9;
+function drawWeightBoxes(lines, heads) {
+  const { kind, layer, x1, x2, y } = headView, focus = state.focus;
+  const across = focus.side === "right" ? "left" : "right";
+  const count = across === "left" ? colLabels(kind).length : rowLabels(kind).length;
+  const boxes = lines.appendChild(svg("g", { class: "weight-boxes", "data-side": across }));
+  heads.forEach((head, n) => {
+    const rows = headRows(kind, layer, head);
+    for (let k = 0; k < count; k++) {
+      const row = focus.side === "right" ? rows[focus.index] : rows[k];
+      const w = +(row && row[focus.side === "right" ? k : focus.index]) || 0;
+      const x = across === "left" ? x1 + 2 + n * (BOX + 1) : x2 - 2 - (heads.length - n) * (BOX + 1);
+      const box = boxes.appendChild(svg("rect", {
+        x, y: y(k) - BOX / 2, width: BOX, height: BOX, fill: headColour(head),
+        "fill-opacity": w.toFixed(3), stroke: headColour(head), "stroke-width": 0.5,
+        "data-head": head, "data-index": k, "data-weight": w,
+      }));
+      box.appendChild(svg("title", {})).textContent = "head " + (head + 1) + ": " + fmt(w, 4);
+    }
+  });
 }
 function initHeadView() {
   fillSelect($("hv-kind"), Object.keys(KINDS).filter(available).map((k) => [k, KINDS[k].title]));
