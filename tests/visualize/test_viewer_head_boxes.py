@@ -47,3 +47,36 @@ def test_a_hovered_token_shows_each_heads_weight_as_a_box(chromium, tmp_path, si
         np.testing.assert_allclose(weight, expected[head, k], rtol=1e-12)
         assert abs(opacity - weight) <= 5e-4
     assert_no_console_errors(driver)
+
+
+def test_a_row_hovered_in_the_matrix_says_it_filters_the_head_view(chromium, tmp_path):
+    """Issue 28, item 7: the hovered matrix row keeps filtering the head view after the mouse
+    left the matrix; a notice says so and gives back every line."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    trace = synthetic_trace(src_len=9, tgt_len=8, heads=4)
+    hyp = trace["hypotheses"][0]
+    driver = open_page(chromium, tmp_path, trace, "head-filter")
+    canvas = driver.find_element(*part("matrix-canvas"))
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+    left, top, cell, w, h = driver.execute_script(
+        "const c = arguments[0], g = c._grid;"
+        "return [g.left, g.top, g.cell, c.clientWidth, c.clientHeight];",
+        canvas,
+    )
+    row = 3
+    x, y = left + cell / 2 - w / 2, top + row * cell + cell / 2 - h / 2
+    ActionChains(driver).move_to_element_with_offset(canvas, int(x), int(y)).perform()
+    driver.execute_script("window.heedfulViewer.showTab('heads')")
+    notice = driver.find_element(*part("hv-filter"))
+    assert notice.is_displayed()
+    assert f"output token {row + 1} ({hyp['tokens'][row]})" in notice.text
+    weights = np.asarray(hyp["cross_attention"])[:, -1]  # (T, heads, S), the last layer
+    count = lambda: int(  # noqa: E731
+        driver.find_element(*part("head-view")).get_attribute("data-line-count")
+    )
+    assert count() == int((weights[row] >= 0.02).sum())
+    driver.find_element(*part("hv-unfilter")).click()
+    assert not notice.is_displayed()
+    assert count() == int((weights >= 0.02).sum())  # every row's lines again
+    assert_no_console_errors(driver)

@@ -116,6 +116,18 @@ function drawHeadLines() {
   }
   if (focus) drawWeightBoxes(lines, heads);
   $("head-view").dataset.lineCount = String(count);
+  filterNotice(kind);
+}
+// A row hovered in the alignment matrix keeps filtering this view after the mouse left it:
+// say so, with the way back to every line.
+function filterNotice(kind) {
+  const linked = state.link != null && kind === "cross" && state.focus && state.focus.side === "right"
+    && state.focus.index === state.link;
+  $("hv-filter").hidden = !linked;
+  if (!linked) return;
+  const token = label(rowLabels(kind)[state.link]);
+  $("hv-filter-text").textContent = "Only the lines of output token " + (state.link + 1) + " (" +
+    token + ") are drawn: its row was hovered in the alignment matrix.";
 }
 // bertviz's boxes: with a token hovered, each token across from it gets one box per shown head,
 // as dark as that head's weight between the two, so heads compare at a glance.
@@ -148,6 +160,11 @@ function initHeadView() {
     for (const box of root.querySelectorAll(".head-toggle")) box.checked = on;
     drawHeadLines();
   };
+  $("hv-unfilter").addEventListener("click", () => {
+    state.link = state.focus = null;
+    for (const text of root.querySelectorAll("[data-part=head-view] text.focus")) text.classList.remove("focus");
+    drawHeadLines();
+  });
   $("hv-all").addEventListener("click", () => setAll(true));
   $("hv-none").addEventListener("click", () => setAll(false));
 }
