@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from heedful.visualize.overlay import ALPHA, attention_to_pixels, draw_overlay, overlay_figure
+from heedful.visualize.overlay import DIM, attention_to_pixels, draw_overlay, overlay_figure
 
 # (gh, gw, H, W): divisible, not divisible, a 7 × 7 grid on an odd picture, more regions than
 # pixels along one side (some regions then hold no pixel at all)
@@ -84,13 +84,17 @@ def softmaxed(steps: int, gh: int, gw: int) -> np.ndarray:
 def test_one_panel_per_word_titled_with_it(steps):
     words = [f"w{t}" for t in range(steps)]
     fig = overlay_figure(picture(), softmaxed(steps, 3, 4), words, title="a caption")
-    panels = [ax for ax in fig.axes if ax.get_visible()]
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_images()]
     assert [ax.get_title() for ax in panels] == words
-    assert all(len(ax.get_images()) == 2 for ax in panels)  # the picture, then the heatmap
-    picture_layer, heat_layer = panels[0].get_images()
+    assert all(len(ax.get_images()) == 2 for ax in panels)  # the picture, then the shade
+    picture_layer, shade_layer = panels[0].get_images()
     assert picture_layer.get_array().shape == (30, 45, 3)
-    heat = heat_layer.get_array()  # RGBA, as opaque as the weight, at most ALPHA
-    assert heat.shape == (30, 45, 4) and 0 <= heat[..., 3].min() < heat[..., 3].max() <= ALPHA
+    shade = np.asarray(shade_layer.get_array())  # RGBA
+    heat = attention_to_pixels(softmaxed(steps, 3, 4)[0], 30, 45, smooth=True)
+    assert shade.shape == (30, 45, 4) and not shade[..., :3].any()  # black: no colour laid on
+    np.testing.assert_allclose(shade[..., 3], DIM * (1 - heat / heat.max()), atol=1e-12)
+    assert shade[..., 3].min() == 0  # the peak is left as it is
+    (bar,) = [ax for ax in fig.axes if "peak" in ax.get_ylabel()]  # the colour bar, labelled
     assert fig._suptitle.get_text() == "a caption"
     from heedful.visualize.figures import pyplot
 

@@ -92,7 +92,7 @@ def test_the_overlay_has_one_panel_per_word(models, photo):
         heads[:, 1], atol=1e-6,
     )  # fmt: skip
     figure = overlay_figure(pixels, attention, words)
-    shown = [ax for ax in figure.axes if ax.get_visible()]
+    shown = [ax for ax in figure.axes if ax.get_visible() and ax.get_images()]  # not the bar
     assert [ax.get_title() for ax in shown] == [w.replace(" ", "␣") for w in words]
 
 
@@ -133,7 +133,8 @@ def test_the_png_command_names_a_missing_picture(models, tmp_path):
 CELLS = """
 const cells = Array.from(arguments[0].children);
 return cells.map((c) => ({w: +c.dataset.weight, alpha: +getComputedStyle(c).backgroundColor
-    .replace(/.*,\\s*([\\d.]+)\\)$/, "$1"), top: c.classList.contains("top"),
+    .replace(/.*,\\s*([\\d.]+)\\)$/, "$1"), rgb: getComputedStyle(c).backgroundColor
+    .match(/\\d+/g).slice(0, 3).map(Number), top: c.classList.contains("top"),
     lit: c.classList.contains("lit"), chosen: c.classList.contains("chosen")}));
 """
 
@@ -154,8 +155,10 @@ def test_the_viewer_overlays_the_current_and_the_hovered_words_regions(
         cells = driver.execute_script(CELLS, cells_part)
         np.testing.assert_allclose([c["w"] for c in cells], cross[t], atol=1e-6)
         shown_alpha = np.asarray([c["alpha"] for c in cells])
-        expected = 0.8 * cross[t] / cross[t].max()  # the browser keeps alpha in 8 bits
+        # dimmed as far as each weight falls short of the peak (the browser keeps 8 bits)
+        expected = 0.75 * (1 - cross[t] / cross[t].max())
         np.testing.assert_allclose(shown_alpha, expected, atol=1 / 255)
+        assert all(c["rgb"] == [0, 0, 0] for c in cells)  # black: no colour laid on the scene
         assert [c["top"] for c in cells].index(True) == int(cross[t].argmax())
     word = 2
     chip = driver.find_elements("css selector", '[data-part="image-words"] .tok')[word]

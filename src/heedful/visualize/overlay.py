@@ -1,6 +1,8 @@
-"""Attention over an image, drawn as Xu et al. 2015 (Show, Attend and Tell, fig. 2-3) draw it: one
-panel per generated word, the picture with that word's attention over the regions laid on it as
-a translucent heatmap, the word above.
+"""Attention over an image, drawn as Xu et al. 2015 (Show, Attend and Tell, fig. 2-3) lay it
+out: one panel per generated word, the word above, the picture darkened wherever that word's
+attention falls short of its peak. Xu et al. whiten the attended regions and jet heatmaps are
+common; both repaint the scene, and a caption that names colours ("a red circle") is then
+checked against colours the overlay changed. Dimming leaves the attended pixels as they are.
 
 Regions and pixels: an encoder's gh × gw grid of regions, flattened row-major (region s = i·gw + j),
 covers the picture evenly: region (i, j) is rows [i·H/gh, (i+1)·H/gh) and columns
@@ -23,8 +25,7 @@ import numpy as np
 
 from heedful.visualize.figures import image_path, pyplot, save
 
-CMAP = "jet"  # Show, Attend and Tell's figures: bright where the model looks
-ALPHA = 0.75  # the heatmap's opacity at a panel's peak; it fades to 0 where the weight does
+DIM = 0.75  # how dark a pixel of weight 0 is; a pixel at its panel's peak is left as it is
 PANEL_INCHES = 2.0
 MAX_COLUMNS = 6
 
@@ -86,18 +87,29 @@ def _check(image: np.ndarray, attention: np.ndarray, words: list[str]) -> None:
         raise ValueError(f"attention weights cannot be negative (minimum {attention.min()})")
 
 
-def _heat_layer(heat: np.ndarray) -> np.ndarray:
-    """(H, W) weights -> (H, W, 4) RGBA: coloured by CMAP and as opaque as the weight is, so
-    the picture shows through where the word does not look. Each panel is scaled to its own
-    peak: a word's weights sum to 1 over more or fewer regions, and a panel answers where the
-    model looks, not how sharply (the weights themselves are in the trace)."""
-    from matplotlib import colormaps
-
+def _shade_layer(heat: np.ndarray) -> np.ndarray:
+    """(H, W) weights -> (H, W, 4) RGBA: black, as opaque as the weight falls short of the
+    panel's peak (DIM · (1 − w / peak)), so the picture shows unchanged where the word looks.
+    Each panel is scaled to its own peak: a word's weights sum to 1 over more or fewer regions,
+    and a panel answers where the model looks, not how sharply (the weights are in the trace)."""
     peak = heat.max()
-    scaled = heat / peak if peak > 0 else heat
-    rgba = colormaps[CMAP](scaled)  # (H, W, 4)
-    rgba[..., 3] = ALPHA * scaled
+    scaled = heat / peak if peak > 0 else np.ones_like(heat)  # no weight anywhere: no shade
+    rgba = np.zeros((*heat.shape, 4), dtype=np.float64)
+    rgba[..., 3] = DIM * (1.0 - scaled)
     return rgba
+
+
+def _scale_bar(fig, axes) -> None:
+    """The colour bar of the shading: from black (weight 0) to the picture itself (the peak)."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import LinearSegmentedColormap, Normalize
+
+    shade = LinearSegmentedColormap.from_list("dim", [(1 - DIM,) * 3, (1.0, 1.0, 1.0)])
+    bar = fig.colorbar(
+        ScalarMappable(Normalize(0, 1), shade), ax=axes, shrink=0.8, fraction=0.04, pad=0.02
+    )
+    bar.set_label("weight ÷ the word's peak\n(dark: not looked at)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
 
 
 def overlay_figure(
@@ -120,10 +132,11 @@ def overlay_figure(
         ax.set_visible(False)
     for ax, word, grid in zip(axes.flat, words, attention):
         ax.imshow(image)
-        ax.imshow(_heat_layer(attention_to_pixels(grid, height, width, smooth=True)))
+        ax.imshow(_shade_layer(attention_to_pixels(grid, height, width, smooth=True)))
         ax.set_title(word.replace(" ", "␣") or "∅", fontsize=10)
         ax.set_xticks([])
         ax.set_yticks([])
+    _scale_bar(fig, [ax for ax in axes.flat if ax.get_visible()])
     if title:
         fig.suptitle(title, fontsize=11)
     return fig

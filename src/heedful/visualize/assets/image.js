@@ -1,11 +1,13 @@
 // View: an image model's picture in the decoding replay (trace.image, trace_image.py). A grid of
-// translucent cells lies over the picture, one per region (row-major: region s = i·gw + j):
-// the current word's attention, or, while a word below is hovered, that word's; for a ViT, the
-// self-attention of a chosen patch over the others, or its attention rollout.
+// cells lies over the picture, one per region (row-major: region s = i·gw + j), each darkening
+// the picture as much as its weight falls short of the map's peak: the current word's
+// attention, or, while a word below is hovered, that word's; for a ViT, the self-attention of
+// a chosen patch over the others, or its attention rollout. Dimming, not a colour wash: the
+// scene keeps its own colours where the model looks (the captions name them).
 
 const image = trace.image || null;
 const imageState = { mode: "word", patch: 0, hover: null, words: null };
-const IMAGE_ALPHA = 0.8; // a cell's opacity at the map's peak; it fades to 0 with the weight
+const IMAGE_DIM = 0.75; // how dark a cell of weight 0 is; a cell at the map's peak is clear
 const LIT = 0.5; // hovering a word outlines the regions holding at least half its peak weight
 
 function initImage() {
@@ -65,7 +67,7 @@ function imageExplain(t) {
     "patch " + patch + " after the last layer draws from each input patch, through every layer " +
     "(each layer \u00BD attention + \u00BD the residual path).";
   return "Step " + (t + 1) + ": where the model looked to write " + JSON.stringify(tokens[t]) +
-    ". Hover a word below to see its regions.";
+    " (clear: the most weight; darker: less, black: none). Hover a word below to see its regions.";
 }
 // The caption's words under the picture, rebuilt only when the step or the output changes (a
 // rebuild under the pointer would undo the hover it answers).
@@ -95,9 +97,9 @@ function renderImage(t) {
   for (let s = 0; s < weights.length; s++) if (+weights[s] > peak) { peak = +weights[s]; top = s; }
   Array.from($("image-cells").children).forEach((cell, s) => {
     const w = +weights[s] || 0;
-    const a = peak > 0 ? (IMAGE_ALPHA * w) / peak : 0;
+    const a = peak > 0 ? IMAGE_DIM * (1 - w / peak) : 0;  // dark = not looked at
     cell.dataset.weight = String(w);
-    cell.style.backgroundColor = "rgba(255, 176, 0, " + a.toFixed(4) + ")";
+    cell.style.backgroundColor = "rgba(0, 0, 0, " + a.toFixed(4) + ")";
     cell.classList.toggle("top", s === top);
     cell.classList.toggle("lit", imageState.hover != null && peak > 0 && w >= LIT * peak);
     cell.classList.toggle("chosen", imageState.hover == null && imageState.mode !== "word" &&
