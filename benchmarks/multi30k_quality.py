@@ -174,6 +174,9 @@ def report() -> str:
         "",
         "(sentences per bucket in parentheses; 2 sentences in 31+ are too few to read)",
         "",
+        "![BLEU by source length: the context vector bottleneck of rnn-none beside attention]"
+        "(img/bottleneck.png)",
+        "",
         "A run's own two threads make a load of about 2; more means the cores were shared and "
         "the run took fewer steps than this machine gives idle.",
         "",

@@ -169,3 +169,23 @@ def test_two_viewers_step_on_their_own(chromium, tmp_path, traces):
     shown = [sum(c["shown"] for c in shown_columns(chromium, root)) for root in roots]
     assert shown == [3, 1]
     assert_no_console_errors(chromium)
+
+
+def test_without_attention_the_steps_say_no_context_is_weighed(chromium, tmp_path, traces):
+    """Issue 28: the no-attention RNN's decoder steps said "h_t weighs h̄ into c_t" beside the
+    note that there is no c_t; they now say where the source reached the decoder."""
+    rnn = traces["rnn"]
+    trace = {**rnn, "model": {**rnn["model"], "attention": "none"}}
+    trace["hypotheses"] = [
+        {**h, "cross_attention": None, "rnn": {**h["rnn"], "contexts": None, "scores": None}}
+        for h in rnn["hypotheses"]
+    ]
+    driver = open_page(chromium, tmp_path, trace, "rnn-steps-none")
+    click(driver, "tab-anim")
+    for _ in range(len(trace["source_tokens"]) + 1):  # the encoder, then decoder step 1
+        click(driver, "anim-next")
+    status = driver.find_element(*part("anim-status")).text
+    assert status.startswith("Decoder step 1 of") and "c_t" not in status and "weighs" not in status
+    assert "encoder's final state" in status
+    assert "no context c_t" in driver.find_element(*part("anim-decoder-note")).text
+    assert_no_console_errors(driver)

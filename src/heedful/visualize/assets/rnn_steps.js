@@ -93,6 +93,11 @@ function renderAnimStatus(h) {
   } else if (t == null) {
     status.textContent = "Encoder step " + k + " of " + S + ": reads ";
     status.append(tokenChip(sourceTokens[k - 1], "current"), " \u2192 h\u0304_" + k);
+  } else if (!h.cross_attention) {  // the bottleneck: no weights, no c_t to speak of
+    status.textContent = "Decoder step " + (t + 1) + " of " + h.tokens.length + ": h_t, from " +
+      "y_{t\u22121} and h_{t\u22121} alone (the source reached the decoder once, as its start " +
+      "state from the encoder's final state), produces ";
+    status.append(tokenChip(h.tokens[t], "current"));
   } else {
     status.textContent = "Decoder step " + (t + 1) + " of " + h.tokens.length + ": h_t weighs " +
       "h\u0304_1\u2026h\u0304_" + S + " into c_t and produces ";
