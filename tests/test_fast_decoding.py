@@ -34,7 +34,7 @@ def test_fused_projections_equal_the_separate_ones_in_float64():
     with torch.no_grad():
         fused = mha.project_qkv(x)
         kv = mha.project_kv(x, x)
-        assert stacked_weights(mha, ("w_q", "w_k", "w_v")) is not None  # the fused path did run
+        assert stacked_weights(mha, mha.parts("q", "k", "v")) is not None  # the fused path did run
     for got, want in zip([*fused, *kv], [*separate(mha, x), *separate(mha, x)[1:]]):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
@@ -88,7 +88,7 @@ def test_int8_layers_are_not_fused():
     quantized = quantize_int8(model.eval())
     attention = quantized.decoder_layers[0].self_attn
     with torch.no_grad():
-        assert stacked_weights(attention, ("w_q", "w_k", "w_v")) is None
+        assert stacked_weights(attention, attention.parts("q", "k", "v")) is None
         hyps = greedy_search(quantized, torch.randint(4, 20, (2, 6)), BOS, EOS)
     assert len(hyps) == 2
 

@@ -139,16 +139,33 @@ class MultiHeadAttention(nn.Module):
         b, length, _ = x.shape
         return x.view(b, length, self.num_heads, self.d_head).transpose(1, 2)
 
+    def parts(self, *roles: str) -> dict[str, nn.Module]:
+        """The projections by their role in the formula (all of them, or those of `roles`):
+        "q", "k", "v" are W_Q, W_K, W_V (their outputs, split_heads'd, are the heads' Q, K, V)
+        and "o" is W_O, which reads the heads side by side (z) and writes the output.
+
+        The interface the readers use (explain, the viewer's internals, both exporters, the
+        stacked products): none of them knows the attribute names, which stay the state dict's
+        (w_q, w_k, w_v, w_o), so every model directory loads as before."""
+        parts = {"q": self.w_q, "k": self.w_k, "v": self.w_v, "o": self.w_o}
+        return {role: parts[role] for role in roles} if roles else parts
+
+    def head_columns(self, head: int) -> dict[str, slice]:
+        """Which columns of the outputs of parts q, k and v (and of o's input z, as q's) head
+        `head` (from 0) reads: head_i = Attention(Q[:, cols], K[:, cols], V[:, cols])."""
+        cols = slice(head * self.d_head, (head + 1) * self.d_head)
+        return {"q": cols, "k": cols, "v": cols}
+
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """K W_K and V W_V split into heads, (B, H, Lk, D/H) each. Decoders cache these."""
-        if keys is values and (fused := stacked_weights(self, ("w_k", "w_v"))) is not None:
+        if keys is values and (fused := stacked_weights(self, self.parts("k", "v"))) is not None:
             k, v = F.linear(keys, *fused).chunk(2, dim=-1)  # one product: (B, Lk, 2D)
             return self.split_heads(k), self.split_heads(v)
         return self.split_heads(self.w_k(keys)), self.split_heads(self.w_v(values))
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Self-attention's Q, K, V of x (B, L, D) split into heads, (B, H, L, D/H) each."""
-        if (fused := stacked_weights(self, ("w_q", "w_k", "w_v"))) is not None:
+        if (fused := stacked_weights(self, self.parts("q", "k", "v"))) is not None:
             q, k, v = F.linear(x, *fused).chunk(3, dim=-1)  # one product: (B, L, 3D)
             return self.split_heads(q), self.split_heads(k), self.split_heads(v)
         k, v = self.project_kv(x, x)  # unstacked (int8, hooks): K, V first, as in forward()

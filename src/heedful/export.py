@@ -8,9 +8,9 @@ fills that declaration from our modules, one line per weight:
     src_embed.tokens, tgt_embed.tokens           encoder.embeddings[0], decoder.embeddings
     × √d_model (Embedding.scale)                 scale_embeddings = True (× √depth)
     positions (our sinusoidal or learned table)  position_encodings.encodings
-    self_attn.w_q, w_k, w_v                      self_attention.linear[0], fused [Q; K; V]
-    cross_attn.w_q / w_k, w_v                    attention.linear[0] / linear[1], fused [K; V]
-    *.w_o                                        *.linear[-1]
+    self_attn parts q, k, v                      self_attention.linear[0], fused [Q; K; V]
+    cross_attn parts q / k, v                    attention.linear[0] / linear[1], fused [K; V]
+    *.parts o (W_O)                              *.linear[-1]
     attn_block / self_block / cross_block .norm  self_attention / attention .layer_norm
     feed_forward.net[0], ReLU, net[3]            ffn.linear_0 (activation RELU), ffn.linear_1
     ff_block.norm                                ffn.layer_norm
@@ -150,15 +150,17 @@ def _embeddings(spec, embedding_spec, embed, config: ModelConfig) -> None:
 
 
 def _self_attention(spec, attention, norm) -> None:
-    _fused(spec.linear[0], [attention.w_q, attention.w_k, attention.w_v])  # [Q; K; V]
-    _linear(spec.linear[1], attention.w_o)
+    parts = attention.parts()  # W_Q, W_K, W_V, W_O by role (attention.py)
+    _fused(spec.linear[0], [parts["q"], parts["k"], parts["v"]])  # [Q; K; V]
+    _linear(spec.linear[1], parts["o"])
     _layer_norm(spec.layer_norm, norm)
 
 
 def _cross_attention(spec, attention, norm) -> None:
-    _linear(spec.linear[0], attention.w_q)  # queries from the decoder
-    _fused(spec.linear[1], [attention.w_k, attention.w_v])  # [K; V] from the encoder's memory
-    _linear(spec.linear[2], attention.w_o)
+    parts = attention.parts()
+    _linear(spec.linear[0], parts["q"])  # queries from the decoder
+    _fused(spec.linear[1], [parts["k"], parts["v"]])  # [K; V] from the encoder's memory
+    _linear(spec.linear[2], parts["o"])
     _layer_norm(spec.layer_norm, norm)
 
 

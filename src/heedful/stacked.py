@@ -23,12 +23,13 @@ from torch import nn
 from torch.nn.modules import module as hooks
 
 
-def stacked_weights(owner: nn.Module, names: tuple[str, ...]):
-    """(weight (n·D_out, D_in), bias or None) of owner's Linear layers `names` stacked, the
-    missing biases as zeros; None when a layer is not a plain nn.Linear (int8 quantized layers
-    multiply on their own) or has forward hooks (the viewer records Q, K and V with them), since
-    one product would skip the layers' own calls."""
-    layers = [getattr(owner, n) for n in names]
+def stacked_weights(owner: nn.Module, parts: dict[str, nn.Module]):
+    """(weight (n·D_out, D_in), bias or None) of owner's Linear layers `parts` stacked in their
+    order, the missing biases as zeros, kept on `owner` under the parts' names (owner declares
+    them: MultiHeadAttention.parts); None when a layer is not a plain nn.Linear (int8 quantized
+    layers multiply on their own) or has forward hooks (the viewer records Q, K and V with
+    them), since one product would skip the layers' own calls."""
+    names, layers = tuple(parts), list(parts.values())
     if any(type(x) is not nn.Linear or _hooked(x) for x in layers):
         return None
     if torch.is_grad_enabled():  # training: a fresh, differentiable stack every call

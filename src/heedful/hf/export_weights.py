@@ -8,7 +8,7 @@ final LayerNorm after each stack (our encoder_norm / decoder_norm). Weight by we
 
     ours (models/transformer.py)             Marian / Pegasus (modeling_marian.py, _pegasus)
     src_embed.tokens, tgt_embed.tokens       model.encoder / model.decoder .embed_tokens
-    encoder_layers.i.self_attn.w_q/k/v/o     model.encoder.layers.i.self_attn.q/k/v/out_proj
+    encoder_layers.i.self_attn parts q/k/v/o model.encoder.layers.i.self_attn.q/k/v/out_proj
     decoder_layers.i.cross_attn.*            model.decoder.layers.i.encoder_attn.*
     attn_block / self_block .norm            self_attn_layer_norm
     cross_block.norm                         encoder_attn_layer_norm
@@ -47,16 +47,16 @@ def stream_order(d_model: int) -> torch.Tensor:
 
 def _attention(prefix: str, attn, perm) -> dict:
     """q/k/v read the stream (columns renumbered); out_proj writes it (rows renumbered)."""
-    zeros = torch.zeros(attn.w_k.out_features)
+    q, k, v, o = attn.parts().values()  # W_Q, W_K, W_V, W_O (attention.py)
     return {
-        f"{prefix}.q_proj.weight": attn.w_q.weight[:, perm],
-        f"{prefix}.q_proj.bias": attn.w_q.bias,
-        f"{prefix}.k_proj.weight": attn.w_k.weight[:, perm],
-        f"{prefix}.k_proj.bias": zeros,
-        f"{prefix}.v_proj.weight": attn.w_v.weight[:, perm],
-        f"{prefix}.v_proj.bias": attn.w_v.bias,
-        f"{prefix}.out_proj.weight": attn.w_o.weight[perm],
-        f"{prefix}.out_proj.bias": attn.w_o.bias[perm],
+        f"{prefix}.q_proj.weight": q.weight[:, perm],
+        f"{prefix}.q_proj.bias": q.bias,
+        f"{prefix}.k_proj.weight": k.weight[:, perm],
+        f"{prefix}.k_proj.bias": torch.zeros(k.out_features),
+        f"{prefix}.v_proj.weight": v.weight[:, perm],
+        f"{prefix}.v_proj.bias": v.bias,
+        f"{prefix}.out_proj.weight": o.weight[perm],
+        f"{prefix}.out_proj.bias": o.bias[perm],
     }
 
 

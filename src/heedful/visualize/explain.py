@@ -62,7 +62,7 @@ class _Head:
     query: int  # 0-based
     d_k: int
     keys: list[str]  # labels of the key positions
-    captured: dict[str, tuple[torch.Tensor, torch.Tensor]]  # module -> (its input, its output)
+    captured: dict[str, tuple[torch.Tensor, torch.Tensor]]  # part -> (its input, its output)
     allowed: torch.Tensor  # (keys,) bool, False where the mask hides the key
     q: torch.Tensor  # (d_k,)
     k: torch.Tensor  # (keys, d_k)
@@ -85,19 +85,19 @@ def _attention_module(model, kind: str, layer: int | None, head: int | None):
     return block, mha, li, hi
 
 
-def _recompute(captured, kind: str, head: int, query: int, d_k: int, keys: list[str]) -> _Head:
+def _recompute(captured, kind: str, mha, head: int, query: int, keys: list[str]) -> _Head:
     """softmax(q·kᵀ / √d_k) with the mask, and Σ_j weight_j v_j, for one query of one head,
-    in float64 from the projections the model computed."""
-    cols = slice(head * d_k, (head + 1) * d_k)  # this head's slice of Q, K, V
-    q = captured["w_q"][1][0, query, cols].double()  # (d_k,)
-    k = captured["w_k"][1][0, :, cols].double()  # (keys, d_k)
-    v = captured["w_v"][1][0, :, cols].double()  # (keys, d_k)
+    in float64 from the projections the model computed (captured by mha.parts' roles)."""
+    cols, d_k = mha.head_columns(head), mha.d_head  # this head's slices of Q, K, V
+    q = captured["q"][1][0, query, cols["q"]].double()  # (d_k,)
+    k = captured["k"][1][0, :, cols["k"]].double()  # (keys, d_k)
+    v = captured["v"][1][0, :, cols["v"]].double()  # (keys, d_k)
     raw = k @ q  # q·k_j for every key j
     allowed = torch.ones_like(raw, dtype=torch.bool)
     if kind == "decoder":
         allowed[query + 1 :] = False  # causal: position t may not look at j > t
     weights = torch.softmax((raw / math.sqrt(d_k)).masked_fill(~allowed, float("-inf")), dim=0)
-    model_context = captured["w_o"][0][0, query, cols].double()  # the heads, concatenated
+    model_context = captured["o"][0][0, query, cols["q"]].double()  # W_O reads the heads
     return _Head(
         head,
         query,
@@ -135,7 +135,7 @@ def _input_section(model, kind: str, li: int, h: _Head, read: list[str]) -> Sect
     lines = [f"{what}; shape {tuple(x.shape)}", f"{at('x', read, h.query)} = {vec(x[h.query])}"]
     name, meaning = _what_q_reads(kind, _norm_first(model))
     if name != "x":
-        q_in = h.captured["w_q"][0][0]  # (positions, D)
+        q_in = h.captured["q"][0][0]  # (positions, D)
         lines += [meaning, f"{at(name, read, h.query)} = {vec(q_in[h.query])}"]
     return Section(title, lines)
 
@@ -221,7 +221,7 @@ def _score_sections(h: _Head, mha) -> list[Section]:
                 f"the model's head output   {vec(h.model_context)}",
                 f"the {mha.num_heads} heads' outputs are concatenated and mixed by W_O into "
                 f"the layer's {mha.d_model}-wide attention output:",
-                f"  {vec(h.captured['w_o'][1][0, h.query])}",
+                f"  {vec(h.captured['o'][1][0, h.query])}",
             ],
         ),
     ]
@@ -232,12 +232,9 @@ def _explain_transformer(translator, out: Output, kind, chosen, position) -> Exp
     queries = out.source_tokens if kind == "encoder" else out.output_tokens
     sequence = "the source" if kind == "encoder" else "the output"
     qi = check_index("position", position, len(queries), "token", sequence)
-    hooks = {"layer": block, "w_q": mha.w_q, "w_k": mha.w_k, "w_v": mha.w_v, "w_o": mha.w_o}
-    captured, maps = replay_capturing(translator, out, hooks)
+    captured, maps = replay_capturing(translator, out, {"layer": block, **mha.parts()})
     read = out.source_tokens if kind == "encoder" else out.inputs  # the token at each position
-    h = _recompute(
-        captured, kind, hi, qi, mha.d_head, read if kind != "cross" else out.source_tokens
-    )
+    h = _recompute(captured, kind, mha, hi, qi, read if kind != "cross" else out.source_tokens)
     model_weights = {"cross": maps.cross, "encoder": maps.encoder, "decoder": maps.decoder}[kind]
     agree = torch.allclose(h.weights.float(), model_weights[0, li, hi, qi], atol=1e-5)
     if not agree or not torch.allclose(h.context, h.model_context, atol=1e-4):

@@ -89,8 +89,7 @@ def recording(model: nn.Module) -> Iterator[dict]:
     if model.config.arch == "transformer":
         for kind, modules in _attention_modules(model).items():
             for layer, attn in enumerate(modules):
-                for name in ("q", "k", "v"):
-                    linear = getattr(attn, "w_" + name)
+                for name, linear in attn.parts("q", "k", "v").items():
                     hook = keep((kind, layer, name), attn.split_heads)
                     handles.append(linear.register_forward_hook(hook))
         handles += _block_hooks(model, captured)
@@ -127,11 +126,12 @@ def _block_hooks(model: nn.Module, captured: dict) -> list:
         model.src_embed.tokens.register_forward_hook(keep(("block", None, "tokens"), first_output))
     ]
     for i, layer in enumerate(model.encoder_layers):
+        w_o = layer.self_attn.parts()["o"]  # reads the heads side by side, writes the output
         watched = {  # name -> (module, which end of it)
             "x": (layer, first_input),
             "out": (layer, first_output),
-            "z": (layer.self_attn.w_o, first_input),
-            "attn_out": (layer.self_attn.w_o, first_output),
+            "z": (w_o, first_input),
+            "attn_out": (w_o, first_output),
             "attn_norm_in": (layer.attn_block.norm, first_input),
             "attn_norm_out": (layer.attn_block.norm, first_output),
             "ff_out": (layer.feed_forward, first_output),
