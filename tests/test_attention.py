@@ -17,13 +17,12 @@ from torch import nn
 from torch.func import functional_call
 
 from heedful.attention import (
-    AdditiveAttention,
-    LuongAttention,
     MultiHeadAttention,
     causal_mask,
     padding_mask,
     scaled_dot_product_attention,
 )
+from heedful.rnn_attention import AdditiveAttention, LuongAttention
 
 B, D, H = 3, 32, 4
 MASK_KINDS = ("none", "padding", "causal", "padding&causal", "empty_row")

@@ -8,10 +8,11 @@ import math
 import pytest
 import torch
 
-from heedful.attention import LuongLocalAttention, local_weights, padding_mask
+from heedful.attention import padding_mask
 from heedful.config import ConfigError, ModelConfig
 from heedful.decoding import beam_search, greedy_search
 from heedful.models.build import build_model
+from heedful.rnn_attention import LuongLocalAttention, local_weights
 
 BOS, EOS = 1, 2
 

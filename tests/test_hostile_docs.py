@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import test_caption_training_keys as caption_keys
 import test_captions as captions
 import test_frozen_features as frozen_features
 import test_hostile_decoding as decoding
@@ -69,6 +70,7 @@ def test_the_documented_counts_are_the_tables():
         + len(caption_upload.GOOD)
         + CAPTION_EXTRA,
         "`tests/test_frozen_features.py` (`HOSTILE`": len(frozen_features.HOSTILE),
+        "`tests/test_caption_training_keys.py` (`CASES`": len(caption_keys.CASES),
         "`tests/server/test_hostile_deadlines.py` (`CASES`": len(deadlines.CASES),
         "`tests/test_hostile_lines.py` (`CASES`": len(lines.CASES),
         "`tests/test_recipes.py` (`HOSTILE_INIT`": len(recipes.HOSTILE_INIT),

@@ -16,13 +16,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import ModelConfig
+from heedful.configsearch import SearchSettings, call_settings
 from heedful.data.tokenizers import EOS
 from heedful.decoding import Hypothesis
+from heedful.engine import Capabilities, check_supported
 from heedful.translator import DEFAULT_GENERATION, Translator
 
 # a file, its bytes, (H, W, 3) uint8 RGB pixels, or a (3, size, size) tensor load_image made
 ImageInput = str | Path | bytes | np.ndarray | torch.Tensor
+PICTURE_ONLY = "a text model: a caption starts from the picture alone"
 
 
 @dataclass
@@ -93,13 +96,15 @@ class Captioner:
     """An image model, its ImageTransform, target tokenizer and search settings."""
 
     engine = "torch"
+    # the Translator's search on images: every setting; no prefixes (engine.py)
+    capabilities = Capabilities(prefixes=False, instead=PICTURE_ONLY)
 
     def __init__(
         self,
         model: nn.Module,
         transform,
         tgt_tokenizer,
-        generation: GenerationConfig = DEFAULT_GENERATION,
+        generation: SearchSettings = DEFAULT_GENERATION,
         device: str | torch.device = "cpu",
     ):
         from heedful.data.image_pairs import ImageSource
@@ -131,7 +136,7 @@ class Captioner:
         return self.model.config
 
     @property
-    def generation(self) -> GenerationConfig:
+    def generation(self) -> SearchSettings:
         return self.searcher.generation
 
     def grid(self) -> tuple[int, int]:
@@ -146,21 +151,27 @@ class Captioner:
         self,
         sources: Sequence[ImageInput],
         num_beams: int | None = None,
-        n_best: int = 1,
+        n_best: int | None = None,
         batch_size: int = 64,
         need_weights: bool = False,
-        **settings,
+        *,
+        settings: SearchSettings | None = None,
+        **overrides,
     ) -> list[Caption]:
-        """Caption images in order, `batch_size` at a time. num_beams=1 is greedy search;
-        `settings` override other GenerationConfig fields (max_len_offset is the caption's
-        limit in tokens; sample, temperature, top_k, top_p, seed, num_samples). need_weights:
-        each Caption's attention, from one teacher-forced replay of it."""
+        """Caption images in order, `batch_size` at a time. settings, num_beams (1: greedy),
+        n_best and `overrides`: as Translator.translate's (max_len_offset is the caption's
+        limit in tokens). need_weights: each Caption's attention, from one teacher-forced
+        replay of it."""
+        asked = call_settings(
+            self.generation, settings, num_beams=num_beams, n_best=n_best, **overrides
+        )
+        check_supported(self.engine, self.capabilities, asked, False, need_weights)
         if isinstance(sources, (str, Path, bytes, np.ndarray, torch.Tensor)):
             raise TypeError("caption() takes a list of images, not one image")
         out, grid = [], self.grid()
         for start in range(0, len(sources), batch_size):
             images = self.images(sources[start : start + batch_size])
-            found = self.searcher.search(images, num_beams, n_best, **settings)
+            found = self.searcher.search(images, settings=asked)
             for row, hyps in enumerate(found):
                 first, *rest = [self._caption(h, grid) for h in hyps]
                 if need_weights:

@@ -1,10 +1,15 @@
-"""`heedful train` for image captioning: a config whose model.encoder reads images, data from
-an image folder and captions files (data.images, data.captions, data.valid_captions).
+"""Image captioning, the task `heedful train` runs for a model.encoder that reads images
+(experiment.py): data from an image folder and captions files (data.images, data.captions,
+data.valid_captions), a target tokenizer given (data.tgt_tokenizer alone) or trained on the
+training captions (data.tokenizer, data.vocab_size, data.tokenizer_sample).
 
-The same run directory, training loop, checkpoints and resume as text (experiment.py): only
-the data and the validation differ. Validation reports the teacher-forced loss, BLEU (sacreBLEU
-BLEU-4 against every reference of an image, as `bleu`, so early stopping works unchanged),
-BLEU-1..3 and exact match against any reference.
+The same pipeline as text: processes, rank logs, run directory, training loop, checkpoints,
+resume and the validator's shape (validation.py); the text keys an image model cannot read
+(data.prepared, data.corpora, ...) are refused by name when the config is read
+(configvision.check_task_keys). Validation reports the teacher-forced loss of each image's first
+caption, BLEU (sacreBLEU BLEU-4 against every reference of an image, as `bleu`, so early
+stopping works unchanged), BLEU-1..3 and exact match against any reference, on the first
+data.valid_max_sentences images when that is set.
 
 With model.freeze_encoder and data.feature_cache, the frozen trunk (models/frozen.py) reads
 every training and validation image once, before training, into the cache folder
@@ -19,27 +24,29 @@ trunk included: a model directory captions pictures.
 
 from __future__ import annotations
 
-import math
 import os
+from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from heedful.checkpoint import CheckpointError, load_model_dir
+from heedful.checkpoint import CheckpointError
 from heedful.config import Config, ConfigError
-from heedful.cpu import set_threads
+from heedful.data.batching import Batch
 from heedful.data.corpus import CorpusError
 from heedful.data.image_pairs import FileImages, ImageSource, caption_batch, caption_pairs
+from heedful.data.images import ImageTransform
 from heedful.data.sentencepiece_model import fill_vocabulary
-from heedful.logs import RunLog
+from heedful.data.tokenizers import Tokenizer
+from heedful.experiment_inputs import given_tokenizer, resumed, same_tokenizer
 from heedful.models.build import build_model
 from heedful.models.frozen import Trunk, cells_to_map, image_encoder, reading_cells
-from heedful.run_dir import Run, run_training
-from heedful.training import Distributed, TrainResult, sequence_loss
+from heedful.training import Distributed
 from heedful.training_state import seed_generators
+from heedful.validation import make_validator
 
 
 def _read(config: Config, key: str) -> list:
@@ -67,8 +74,11 @@ def _tokenizer(config: Config, items, echo):
     if config.data.tokenizer == "char":
         return CharTokenizer.train(captions)
     try:
+        sample, kind = config.data.tokenizer_sample, config.data.sp_model_type
         return fill_vocabulary(
-            lambda size: SentencePieceTokenizer.train(captions, size, config.data.sp_model_type),
+            lambda size: SentencePieceTokenizer.train(
+                captions, size, kind, input_sentence_size=sample
+            ),
             config.data.vocab_size,
             echo,
         )
@@ -76,18 +86,19 @@ def _tokenizer(config: Config, items, echo):
         raise ConfigError(f"data.vocab_size: {error}") from None
 
 
-def _model(config: Config, latest: Path | None, items, transform, echo=print):
+def _model(config: Config, latest: Path | None, items, transform, echo=print, given=None):
     """(model, ImageSource, target tokenizer): from the checkpoint resumed, or new (with the
-    backbone's weights from model.encoder_weights, when given)."""
+    backbone's weights from model.encoder_weights, when given) and the `given` target
+    tokenizer (data.tgt_tokenizer) or one trained on the captions."""
     if latest is not None:
-        loaded = load_model_dir(latest)
-        if loaded.model_config != config.model:
+        loaded = resumed(latest, config)
+        if given is not None and not same_tokenizer(loaded.tgt_tokenizer, given):
             raise CheckpointError(
-                f"{latest}: its model config differs from the config given; use --force to "
-                "start over"
+                f"{latest}: its target tokenizer differs from data.tgt_tokenizer "
+                f"({config.data.tgt_tokenizer}); use --force to start over"
             )
         return loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
-    tgt_tok = _tokenizer(config, items, echo)
+    tgt_tok = given or _tokenizer(config, items, echo)
     seed_generators(config.train.seed)
     model = build_model(config.model, len(ImageSource(transform)), len(tgt_tok))
     if config.model.encoder_weights is not None:
@@ -97,35 +108,39 @@ def _model(config: Config, latest: Path | None, items, transform, echo=print):
     return model, ImageSource(transform), tgt_tok
 
 
-def make_caption_validator(items, source: ImageSource, tgt_tok, config: Config, device, load=None):
-    """Loss, BLEU-1..4 and exact match of greedy captions of the validation images; `load(j)`
-    gives the model's input for image j (default: its pixels; cached trunk cells instead)."""
-    from heedful.evaluation import caption_bleu, exact_match
-    from heedful.translator import Translator
+class CaptionValidation:
+    """The validation images of a captions task (validation.py), in batches of
+    train.batch_tokens // 64 images; `load(j)` gives the model's input for image j (default:
+    its pixels; cached trunk cells instead). Each validation reads an image twice, for the
+    loss and for the search: a cached trunk's cells cost nothing to read again."""
 
-    load = load or FileImages([path for path, _ in items], source.transform)
-    references = [caps for _, caps in items]
-    greedy = replace(config.generation, num_beams=1, n_best=1)
-    batch = max(1, config.train.batch_tokens // 64)
+    def __init__(self, items, source: ImageSource, tgt_tok, config: Config, load=None):
+        self.load = load or FileImages([path for path, _ in items], source.transform)
+        self.references = [caps for _, caps in items]
+        length = config.data.max_length
+        self.first = [tgt_tok.encode(refs[0])[:length] for refs in self.references]
+        size = max(1, config.train.batch_tokens // 64)
+        self.rows = [range(i, min(i + size, len(items))) for i in range(0, len(items), size)]
+        self.tokenizers = (source, tgt_tok)
 
-    def validate(model) -> dict:
-        total, tokens, outputs = 0.0, 0, []
-        searcher = Translator(model, source, tgt_tok, greedy, device)  # as Captioner searches
-        for start in range(0, len(items), batch):
-            rows = range(start, min(start + batch, len(items)))
-            src = torch.stack([load(j) for j in rows])  # (B, 3, H, W) or (B, C, gh, gw)
-            first = [tgt_tok.encode(references[j][0])[: config.data.max_length] for j in rows]
-            b = caption_batch(src, first).to(device)  # each image's first caption
-            logits = model(b.src, b.tgt_in).logits  # (B, T, V)
-            total += sequence_loss(logits, b.tgt_out, 0.0, "sum").item()
-            tokens += b.target_tokens()
-            outputs += [tgt_tok.decode(hyps[0].tokens) for hyps in searcher.search(b.src, 1)]
-        bleu = caption_bleu(outputs, references)
-        loss = total / max(tokens, 1)
-        hits = [any(o == r for r in refs) for o, refs in zip(outputs, references)]
+    def _images(self, rows: range) -> torch.Tensor:
+        return torch.stack([self.load(j) for j in rows])  # (B, 3, H, W) or (B, C, gh, gw)
+
+    def loss_batches(self) -> Iterator[Batch]:
+        for rows in self.rows:  # each image's first caption
+            yield caption_batch(self._images(rows), [self.first[j] for j in rows])
+
+    def outputs(self, searcher) -> list[str]:
+        decode = self.tokenizers[1].decode  # searched as Captioner searches
+        found = (searcher.search(self._images(rows).to(searcher.device), 1) for rows in self.rows)
+        return [decode(hyps[0].tokens) for batch in found for hyps in batch]
+
+    def scores(self, outputs: list[str]) -> dict:
+        from heedful.evaluation import caption_bleu, exact_match
+
+        bleu = caption_bleu(outputs, self.references)
+        hits = [any(o == r for r in refs) for o, refs in zip(outputs, self.references)]
         return {
-            "loss": loss,
-            "ppl": math.exp(min(loss, 50)),
             "bleu": bleu["bleu4"],
             "bleu1": bleu["bleu1"],
             "bleu2": bleu["bleu2"],
@@ -133,7 +148,10 @@ def make_caption_validator(items, source: ImageSource, tgt_tok, config: Config, 
             "exact_match": exact_match(["x" if h else "" for h in hits], ["x"] * len(hits)),
         }
 
-    return validate
+
+def make_caption_validator(items, source: ImageSource, tgt_tok, config: Config, device, load=None):
+    """validation.make_validator over the CaptionValidation of `items`."""
+    return make_validator(CaptionValidation(items, source, tgt_tok, config, load), config, device)
 
 
 class CachedCells:
@@ -189,34 +207,47 @@ def _sources(config: Config, model, splits, transform, folder, device, echo) -> 
     return loads
 
 
-def train_captions(
-    config: Config, run_dir: str | Path, force: bool = False, progress: bool = True, echo=print
-) -> TrainResult:
-    """Train (or resume) an image captioning run; every input is read before the run dir
-    changes, as for text."""
-    from heedful.data.images import ImageTransform
+@dataclass(frozen=True)
+class CaptionData:
+    """What a captions run trains and validates on, read and checked before anything else."""
 
-    set_threads(config.train.threads)
-    dist = Distributed.from_env()
-    device = dist.device()
-    dist.start(echo)
-    echo = RunLog(echo, hold=dist.is_main)  # stamped; in RUN_DIR/train.log once it trains
-    train_items, valid_items = _read(config, "captions"), _read(config, "valid_captions")
-    transform = ImageTransform(size=config.model.image_size)
-    cache = _cache_folder(config.data.feature_cache)
-    run = Run(Path(run_dir), config, dist)
-    with run.locked():
-        latest = None if force else run.resume_point(echo)
-        model, source, tgt_tok = _model(config, latest, train_items, transform, echo)
+    train: list  # (image path, its captions) of data.captions
+    valid: list  # of data.valid_captions, the first data.valid_max_sentences when set
+    transform: ImageTransform  # of model.image_size
+    cache: Path | None  # data.feature_cache, made and writable
+    given: Tokenizer | None  # the target tokenizer of data.tgt_tokenizer
+
+
+class CaptionTask:
+    """What image captioning supplies to experiment.train_from_config."""
+
+    def read(self, config: Config, dist: Distributed, progress: bool, echo) -> CaptionData:
+        train_items, valid_items = _read(config, "captions"), _read(config, "valid_captions")
+        limit, path = config.data.valid_max_sentences, config.data.tgt_tokenizer
+        return CaptionData(
+            train_items,
+            valid_items[:limit] if limit else valid_items,
+            ImageTransform(size=config.model.image_size),
+            _cache_folder(config.data.feature_cache),
+            None if path is None else given_tokenizer("data.tgt_tokenizer", path),
+        )
+
+    def model(self, config: Config, latest: Path | None, data: CaptionData, echo):
+        """(model, (ImageSource, target tokenizer)), resumed or new."""
+        model, *tokenizers = _model(config, latest, data.train, data.transform, echo, data.given)
+        return model, tuple(tokenizers)
+
+    def examples(self, config: Config, data: CaptionData, model, tokenizers, device, echo):
+        """The training pairs (one per caption), and the validation; with a cache, both read
+        the trunk's cells, computed first where the cache lacks them."""
+        source, tgt_tok = tokenizers
         regions = int(np.prod(model.grid(config.model.image_size)))
-        splits = (train_items, valid_items)
+        splits, cache = (data.train, data.valid), data.cache
         load, valid_load = _sources(config, model, splits, source.transform, cache, device, echo)
-        pairs = caption_pairs(train_items, tgt_tok, config.data.max_length, load, regions)
-        echo(f"training pairs: {len(pairs)} captions of {len(train_items)} images")
-        validate = make_caption_validator(valid_items, source, tgt_tok, config, device, valid_load)
-        if force:
-            run.clear()
-        with reading_cells(model) if cache else nullcontext():  # the trunk passed over
-            return run_training(
-                run, model, (source, tgt_tok), pairs, validate, latest, progress, echo, device
-            )
+        pairs = caption_pairs(data.train, tgt_tok, config.data.max_length, load, regions)
+        echo(f"training pairs: {len(pairs)} captions of {len(data.train)} images")
+        return pairs, CaptionValidation(data.valid, source, tgt_tok, config, valid_load)
+
+    def reading(self, model, data: CaptionData):
+        """With a cache, the model reads cells: its trunk passed over."""
+        return reading_cells(model) if data.cache is not None else nullcontext()

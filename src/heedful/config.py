@@ -6,7 +6,6 @@ silently ignored costs a user a whole training run.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,23 @@ from heedful.configfile import ConfigError, apply_overrides, from_dict, parse_ya
 from heedful.configfile import check_choice as _choice
 from heedful.configfile import check_fraction as _fraction
 from heedful.configfile import check_positive as _positive
-from heedful.configvision import check_cache, check_encoder, check_given_image, unused_image_keys
+from heedful.configsearch import (  # noqa: F401 (their old home: callers import them here)
+    MAX_BEAMS,
+    MAX_OUTPUT_OFFSET,
+    GenerationConfig,
+    SearchSettings,
+    beams_for,
+)
+from heedful.configvision import (
+    check_cache,
+    check_encoder,
+    check_given_image,
+    check_task_keys,
+    unused_image_keys,
+)
+from heedful.scores import RNN_ATTENTIONS, SCORES
 
 ARCHS = ("transformer", "rnn")
-RNN_ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat",
-                  "luong-local-m", "luong-local-p")  # fmt: skip
 
 MAX_LINE_BYTES = 16 * 2**20  # data.max_line_bytes, and data/lines.py's default for every reader
 
@@ -57,7 +68,7 @@ class ModelConfig:
     hidden_size: int = 256
     rnn_layers: int = 1
     bidirectional: bool = True  # each direction gets hidden_size / 2
-    attention: str = "bahdanau"  # none | bahdanau | luong-dot | luong-general | luong-concat
+    attention: str = "bahdanau"  # none | a score of scores.py: bahdanau | luong-general | ...
     local_window: int = 10  # D of luong-local-m/-p: attend to [p_t - D, p_t + D] (§3.2: D = 10)
     input_feeding: bool = False  # Luong 2015 §3.3: feed [h_t; c_t] summary into the next step
     # See et al. 2017's pointer-generator: mix the softmax with the attention over the source
@@ -120,13 +131,17 @@ class ModelConfig:
                         f"{prefix}arch {self.arch}; remove the key"
                     )
         check_given_image(self, given, defaults, prefix)
-        if "local_window" in given and "local" not in self.attention and self.local_window != 10:
+        if "local_window" in given and not self.is_local() and self.local_window != 10:
             raise ConfigError(f"{prefix}local_window: only luong-local-m / -p attention uses it")
+
+    def is_local(self) -> bool:
+        """Whether the attention is one of Luong's local ones (§3.2), with a window D."""
+        return self.attention in SCORES and SCORES[self.attention].local is not None
 
     def used(self) -> dict:
         """The keys this model's family reads, as plain data (what a model directory stores)."""
         unused = {k for arch, keys in FAMILY_KEYS.items() if arch != self.arch for k in keys}
-        if "local" not in self.attention:  # only local attention has a window
+        if not self.is_local():  # only local attention has a window
             unused.add("local_window")
         unused |= unused_image_keys(self)  # all of them for text: its directories stay the same
         if not self.copy:  # model directories written before it stay byte for byte the same
@@ -157,11 +172,11 @@ class DataConfig:
     joint_vocab: bool = True  # one vocabulary for both languages
     max_length: int = 100  # pairs longer than this (in tokens) on either side are dropped
     valid_max_sentences: int | None = None  # score only the first N validation pairs (of each
-    # of data.corpora)
+    # of data.corpora), or images
     # Reuse trained tokenizers (files as a model directory holds them: tokenizer.src and
     # tokenizer.tgt) instead of training new ones, e.g. to compare models on one vocabulary.
-    # Both or neither; the tokenizer, vocab_size, sp_model_type and joint_vocab keys are then
-    # not used.
+    # Both or neither (an image model, whose source is pixels: tgt_tokenizer alone); the
+    # tokenizer, vocab_size, sp_model_type and joint_vocab keys are then not used.
     src_tokenizer: str | None = None
     tgt_tokenizer: str | None = None
     # SentencePiece is trained on at most this many sentences (per side, or of both sides for
@@ -202,8 +217,6 @@ class DataConfig:
     def __post_init__(self) -> None:
         check_corpora(self)
         _choice("data.tokenizer", self.tokenizer, ("sentencepiece", "char"))
-        if (self.src_tokenizer is None) != (self.tgt_tokenizer is None):
-            raise ConfigError("data.src_tokenizer and data.tgt_tokenizer: give both or neither")
         _choice("data.sp_model_type", self.sp_model_type, ("unigram", "bpe"))
         _choice("data.captions_format", self.captions_format, ("flickr", "coco"))
         for name in ("jsonl_src_field", "jsonl_tgt_field"):
@@ -267,69 +280,16 @@ class TrainConfig:
             _fraction(f"train.betas[{i}]", beta)
 
 
-MAX_BEAMS = 256  # the largest num_beams a config or model directory may ask for
-MAX_OUTPUT_OFFSET = 10_000  # the largest max_len_offset: output tokens beyond the ratio's
-# Ranges whose low end is excluded: a temperature or top-p of 0 leaves nothing to draw from
-ABOVE_LOW = ("temperature", "top_p")
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """The default search settings a model is saved with (generation.json)."""
-
-    num_beams: int = 5  # 1 is greedy search
-    length_penalty: float = 1.0  # GNMT alpha: ranking by score / ((5 + |Y|) / 6) ** alpha
-    max_len_ratio: float = 1.5  # output limit = ratio · source length + offset
-    max_len_offset: int = 10
-    n_best: int = 1
-    sample: bool = False  # draw every token from the softmax instead of searching (sampling.py)
-    temperature: float = 1.0  # above 0: below 1 sharpens the distribution, above 1 flattens it
-    top_k: int | None = None  # draw among the k most probable tokens only (None: all)
-    top_p: float = 1.0  # nucleus: the fewest tokens holding this much probability, in (0, 1]
-    seed: int | None = None  # same seed, same batch: same samples (None: torch's random state)
-    num_samples: int = 1  # outputs drawn per input
-
-    def __post_init__(self) -> None:
-        ranges = {
-            "num_beams": (1, MAX_BEAMS),
-            "n_best": (1, self.num_beams),
-            "length_penalty": (0.0, 10.0),  # GNMT's alpha; Wu et al. 2016 found 0.6-0.7 best
-            "max_len_ratio": (0.0, 100.0),
-            "max_len_offset": (0, MAX_OUTPUT_OFFSET),
-            "temperature": (0.0, 100.0),  # 0 itself excluded (ABOVE_LOW), as for top_p
-            "top_p": (0.0, 1.0),
-            "top_k": (1, 2**31),  # None: every token a candidate
-            "seed": (0, 2**63 - 1),  # what torch.Generator.manual_seed takes
-            "num_samples": (1, MAX_BEAMS),
-        }
-        for name, (low, high) in ranges.items():
-            value, above = getattr(self, name), name in ABOVE_LOW
-            if value is not None and not (
-                low <= value <= high and math.isfinite(value) and not (above and value == low)
-            ):  # False for NaN; the range first, as isfinite overflows on an int like 10**400
-                span = f"above {low} and at most {high}" if above else f"from {low} to {high}"
-                raise ConfigError(f"field generation.{name} must be {span}, got {value!r}")
-
-    def max_output_length(self, source_length: int) -> int:
-        """The output limit for a source of `source_length` tokens, </s> not counted:
-        ratio · S + offset, at least 1 (decoding.max_output_lengths is the same per batch)."""
-        return max(1, int(float(source_length) * self.max_len_ratio + self.max_len_offset))
-
-
-def beams_for(num_beams: int, n_best: int) -> int:
-    """The beam to search with: n outputs need a beam of at least n."""
-    return max(num_beams, n_best)
-
-
 @dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)  # saved with the model
+    generation: SearchSettings = field(default_factory=SearchSettings)  # saved with the model
 
     def __post_init__(self) -> None:
         check_cache(self.data.feature_cache, self.model)  # data.feature_cache: a frozen trunk
+        check_task_keys(self.data, self.model, self.train, DataConfig())  # text or captions
         # the pointer-generator adds attention on source ids to the same output ids
         data = self.data
         given = data.src_tokenizer is not None  # then joint_vocab is not used

@@ -173,3 +173,53 @@ def check_given_image(c, given: set[str], defaults, prefix: str) -> None:
                 f"{prefix}{key}: only model.encoder {' / '.join(users)} uses it, this model's "
                 f"is {c.encoder}; remove the key"
             )
+
+
+# The data keys only text translation reads, what each is, and what to do with it in an image
+# model's config; an image model reads none of them (captions_experiment.py).
+_CORPUS_FILES = [f"{s}_{k}" for s in ("train", "valid") for k in ("src", "tgt", "tsv", "jsonl")]
+TEXT_DATA_KEYS = {
+    **dict.fromkeys(_CORPUS_FILES, ("a text corpus file", "remove the key")),
+    "jsonl_src_field": ("a field of JSON Lines text corpora", "remove the key"),
+    "jsonl_tgt_field": ("a field of JSON Lines text corpora", "remove the key"),
+    "joint_vocab": ("one vocabulary for source and target text", "remove the key"),
+    "src_tokenizer": ("the tokenizer of source text", "give data.tgt_tokenizer alone"),
+    "prepared": ("text pairs as token ids (heedful prepare)", "remove the key"),
+    "shard_tokens": ("the shard size of data.prepared", "remove the key"),
+    "corpora": ("text corpora, one per language pair", "remove the key"),
+    "max_line_bytes": (
+        "the longest line of a text corpus",
+        "remove the key (captions files are read with the default, 16 MiB a line)",
+    ),
+}
+# and the ones only captioning reads (data.feature_cache: check_cache)
+IMAGE_DATA_KEYS = ("images", "captions", "valid_captions", "captions_format")
+
+
+def check_task_keys(data, model, train, data_defaults) -> None:
+    """The data and train keys of a Config against the task its model.encoder trains
+    (experiment.task_for): a key that task would ignore is an error, unless it holds its
+    default (run directories written before this check list every key). The tokenizer files
+    come in pairs for text; an image model's source is pixels, so it takes a target one alone."""
+    if encoder_kind(model.encoder) == "text":
+        if (data.src_tokenizer is None) != (data.tgt_tokenizer is None):
+            raise ConfigError("data.src_tokenizer and data.tgt_tokenizer: give both or neither")
+        for key in IMAGE_DATA_KEYS:
+            if getattr(data, key) != getattr(data_defaults, key):
+                raise ConfigError(
+                    f"data.{key}: only an image model (model.encoder cnn, vit or "
+                    "torchvision:<name>) reads it; this model's model.encoder is text: "
+                    "remove the key"
+                )
+        return
+    for key, (what, fix) in TEXT_DATA_KEYS.items():
+        if getattr(data, key) != getattr(data_defaults, key):
+            raise ConfigError(
+                f"data.{key}: {what}; model.encoder {model.encoder} trains on images and "
+                f"captions (data.images, data.captions, data.valid_captions): {fix}"
+            )
+    if train.early_stopping_metric == "chrf":
+        raise ConfigError(
+            "train.early_stopping_metric: chrf is not among a captions run's validation "
+            "scores (loss, ppl, bleu, bleu1 to bleu3, exact_match); use bleu or loss"
+        )

@@ -1,4 +1,5 @@
-"""`heedful demo --task captions`: learn to caption generated scenes, then show where it looks.
+"""`heedful demo --task captions` (demo.py's third task): learn to caption generated scenes,
+then show where it looks.
 
 The scenes (data/scenes.py) need no download; the demo trains one of three models in a few
 minutes on two CPU cores (a CNN under the RNN decoder with Bahdanau attention, as in Show,
@@ -10,7 +11,7 @@ for each word (visualize/overlay.py) and saves the model for `heedful caption`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from heedful.config import Config, DataConfig, GenerationConfig, ModelConfig, Tr
 from heedful.data.image_pairs import ImagePairs, ImageSource
 from heedful.data.scenes import CANVAS, SceneSet, scenes_task
 from heedful.data.tokenizers import SPECIALS
-from heedful.demo import undertrained_warning
+from heedful.demo_training import budget, train_logged, undertrained_warning
 from heedful.evaluation import caption_bleu, exact_match
 from heedful.models.build import build_model
 
@@ -135,13 +136,9 @@ def _pixels(scenes: SceneSet) -> list[np.ndarray]:
 def _train(
     captioner: Captioner, train: SceneSet, dev: SceneSet, config: Config, out: Path, progress: bool
 ):
-    """Train on `train`, validating on `dev` by exact match; stop when it gets all of dev, and
-    end with the weights that scored best on dev (the score swings by a few points late in
-    training, and the run stops on the clock, wherever it is then)."""
-    from heedful.run_dir import Run
-    from heedful.training import Distributed
-    from heedful.training import train as train_model
-
+    """Train on `train` as every demo trains (demo_training.py), validating on `dev` by exact
+    match, and end with the weights that scored best on dev (the score swings by a few points
+    late in training, and the run stops on the clock, wherever it is then)."""
     tok, model = captioner.tgt_tokenizer, captioner.model
     regions = int(np.prod(model.grid(CANVAS)))
     ids = [tok.encode(c) for c in train.captions]
@@ -153,24 +150,7 @@ def _train(
         outputs = [c.text for c in captioner.caption(dev_pixels, batch_size=300)]
         return best.offer(model, exact_match(outputs, dev.captions))
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.jsonl").unlink(missing_ok=True)
-    run = Run(out, config, Distributed())
-
-    def log_validation(_state, metrics: dict | None) -> None:
-        if metrics is not None:
-            run.log({"event": "validation", **metrics})
-
-    result = train_model(
-        model,
-        pairs,
-        config.train,
-        validate=validate,
-        progress=progress,
-        good_enough=lambda m: m["exact_match"] >= 0.999,
-        save=log_validation,
-        log=run.log,
-    )
+    result = train_logged(model, pairs, config, validate, out, progress)
     with torch.no_grad():
         validate(model)  # the steps since the last validation count too
     model.load_state_dict(best.weights)
@@ -237,11 +217,7 @@ def _new_captioner(model_name: str, captions: list[str], seed: int) -> Captioner
 
 def _config(model_name: str, max_steps: int | None, max_time: float | None, seed: int):
     """CAPTION_TRAIN with the caller's budget and seed, in a whole Config (for the run log)."""
-    train = replace(CAPTION_TRAIN, seed=seed)
-    if max_steps is not None:
-        train = replace(train, max_steps=max_steps, eval_every=min(train.eval_every, max_steps))
-    if max_time is not None:
-        train = replace(train, max_time=max_time)
+    train = budget(CAPTION_TRAIN, max_steps, max_time, seed)
     data = DataConfig(tokenizer="sentencepiece", vocab_size=VOCAB_SIZE, sp_model_type="bpe")
     return Config(data, CAPTION_MODELS[model_name], train=train, generation=SEARCH)
 

@@ -3,262 +3,53 @@
 Running it again on the same run directory resumes from `latest`; `force=True` starts over.
 Every input the config names is read and checked before anything in the run directory changes,
 so a typo costs an error message, never a run directory.
+
+One pipeline for every task: a task (text_experiment.TextTask, captions_experiment.CaptionTask)
+supplies what differs (reading its data, the source side and target tokenizer, the training
+pairs, the validation); the processes, their logs, the run directory, its checkpoints, the
+training loop and the validator's shape (validation.py) are the same for all of them.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Protocol
 
-from heedful.checkpoint import CheckpointError, load_model_dir
-from heedful.config import Config, ConfigError
+from heedful.captions_experiment import CaptionTask
+from heedful.config import Config
 from heedful.cpu import reuse_freed_memory, set_threads
-from heedful.data.batching import InMemoryPairs, Pairs, bucketed_batches, collate
-from heedful.data.corpus import CorpusError, iter_split, split_source
-from heedful.data.sentencepiece_model import fill_vocabulary
+from heedful.data.batching import Pairs
 from heedful.logs import RunLog
-from heedful.models.build import build_model
 from heedful.run_dir import Run, run_training
-from heedful.training import Distributed, TrainResult, sequence_loss
-from heedful.training_state import seed_generators
+from heedful.text_experiment import TextTask, read_split
+from heedful.training import Distributed, TrainResult
+from heedful.validation import Validation, make_validator
+
+__all__ = ["Task", "make_validator", "read_split", "task_for", "train_from_config"]
 
 
-def read_split(config: Config, split: str) -> list[tuple[str, str]]:
-    """The (source, target) pairs of `train` or `valid`, from aligned files or a TSV; at least
-    one, since an empty split fails later, deep inside training or the first validation.
-    With data.corpora, every corpus's pairs, each source after its target token."""
-    if config.data.corpora:
-        from heedful.data.languages import read_corpora
+class Task(Protocol):
+    """What a task supplies to train_from_config; `data` is whatever its read returns."""
 
-        return read_corpora(config.data, split)
-    pairs = list(iter_split(config.data, split))
-    if not pairs:
-        raise CorpusError(
-            f"{split_source(config.data, split)}: empty, no sentence pairs; the {split} split "
-            "needs at least one line"
-        )
-    return pairs
+    def read(self, config: Config, dist: Distributed, progress: bool, echo) -> object:
+        """Every input, read and checked (before the run directory changes)."""
 
+    def model(self, config: Config, latest: Path | None, data, echo) -> tuple:
+        """(model, (source side, target tokenizer)): resumed from `latest`, or new."""
 
-def make_validator(valid_pairs, src_tok, tgt_tok, config: Config, device):
-    """Validation: teacher-forced loss and perplexity; BLEU and chrF of greedy search.
+    def examples(
+        self, config: Config, data, model, tokenizers, device, echo
+    ) -> tuple[Pairs, Validation]:
+        """The pairs to train on, and what validation reads."""
 
-    Batches hold up to train.batch_tokens tokens, as in training (without gradients they take
-    less memory). Search is greedy whatever config.generation.num_beams, as it always was:
-    validation runs every eval_every steps, and a beam of k costs about k times as much; the
-    output length limits are config.generation's.
-    """
-    from heedful.evaluation import corpus_scores
-    from heedful.translator import Translator
-
-    limit = config.data.valid_max_sentences
-    limit = limit * max(1, len(config.data.corpora)) if limit else None  # per corpus (read_split)
-    pairs = valid_pairs[:limit] if limit else valid_pairs
-    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    src_ids = [src_tok.encode(s) for s in sources]
-    _check_valid_lengths(src_ids, config)
-    src_ids = [ids[: config.data.max_length] for ids in src_ids]
-    tgt_ids = [tgt_tok.encode(t)[: config.data.max_length] for t in references]
-    budget = config.train.batch_tokens
-    batches = bucketed_batches([len(s) for s in src_ids], [len(t) + 1 for t in tgt_ids], budget)
-    sentences = max(1, budget // max(1, *map(len, src_ids)))  # per search batch
-    greedy = replace(config.generation, num_beams=1, n_best=1)
-
-    def validate(model) -> dict:
-        total, tokens = 0.0, 0
-        for rows in batches:
-            batch = collate([src_ids[i] for i in rows], [tgt_ids[i] for i in rows]).to(device)
-            logits = model(batch.src, batch.tgt_in).logits  # (B, T, V)
-            total += sequence_loss(logits, batch.tgt_out, 0.0, "sum").item()
-            tokens += batch.target_tokens()
-        translator = Translator(model, src_tok, tgt_tok, greedy, device=device)
-        outputs = [t.text for t in translator.translate(sources, batch_size=sentences)]
-        scores = corpus_scores(outputs, references)
-        loss = total / max(tokens, 1)
-        return {
-            "loss": loss,
-            "ppl": math.exp(min(loss, 50)),
-            "bleu": scores.bleu,
-            "chrf": scores.chrf,
-            **_bleu_by_target(sources, outputs, references, config),
-        }
-
-    return validate
+    def reading(self, model, data) -> AbstractContextManager:
+        """The model as training runs it (captions: past a cached trunk)."""
 
 
-def _bleu_by_target(sources, outputs, references, config: Config) -> dict:
-    """A multilingual model's BLEU into each target language (bleu_de, bleu_fr), beside the
-    overall one: one direction may learn while another does not."""
-    from heedful.data.tokenizers import TARGET_TOKEN
-    from heedful.evaluation import corpus_scores
-
-    if len({c.target for c in config.data.corpora}) < 2:
-        return {}
-    groups: dict[str, list[int]] = {}
-    for i, source in enumerate(sources):
-        token = TARGET_TOKEN.match(source)  # none on a blank source: in the overall BLEU only
-        if token:
-            groups.setdefault(token[0][2:-1], []).append(i)
-    return {
-        f"bleu_{code}": corpus_scores(
-            [outputs[i] for i in rows], [references[i] for i in rows]
-        ).bleu
-        for code, rows in groups.items()
-    }
-
-
-def _check_valid_lengths(src_ids, config: Config) -> None:
-    """Validation translates whole sources: one too long for the model (a multi-megabyte line,
-    say) would exhaust memory or time at the first validation; say so before training."""
-    limit = config.model.max_positions
-    for number, ids in enumerate(src_ids, start=1):
-        if len(ids) > limit:
-            raise CorpusError(
-                f"{split_source(config.data, 'valid')}: pair {number} has a source of {len(ids):,} "
-                f"tokens, more than model.max_positions ({limit}); validation translates whole "
-                "sentences: shorten or remove that line, or raise model.max_positions"
-            )
-
-
-def _given_tokenizers(config: Config):
-    """The tokenizers named by data.src_tokenizer / data.tgt_tokenizer, or None."""
-    from heedful.data.tokenizers import load_tokenizer
-
-    data = config.data
-    if data.src_tokenizer is None:
-        return None
-    loaded = []
-    for key, path in (
-        ("data.src_tokenizer", data.src_tokenizer),
-        ("data.tgt_tokenizer", data.tgt_tokenizer),
-    ):
-        try:
-            loaded.append(load_tokenizer(path))
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"{key}: cannot load a tokenizer from {path}: {e}") from e
-    if data.corpora:  # a multilingual model reads each target token as one symbol
-        from heedful.data.languages import check_symbols
-
-        try:
-            check_symbols(loaded[0], data.pairs(), f"data.src_tokenizer ({data.src_tokenizer})")
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
-    return tuple(loaded)
-
-
-def _new_tokenizers(config: Config, train_pairs, echo=print):
-    data = config.data
-    try:
-        return fill_vocabulary(
-            lambda size: _train_tokenizers(data, train_pairs, size), data.vocab_size, echo
-        )
-    except ValueError as e:
-        raise ConfigError(
-            f"cannot train the data.tokenizer ({data.tokenizer}) on "
-            f"{split_source(config.data, 'train')}: {e} (data.vocab_size = {data.vocab_size})"
-        ) from None
-
-
-def _train_tokenizers(data, train_pairs, vocab_size: int):
-    from heedful.data.languages import target_tokens
-    from heedful.data.tokenizers import train_tokenizers
-
-    return train_tokenizers(
-        [s for s, _ in train_pairs],
-        [t for _, t in train_pairs],
-        kind=data.tokenizer,
-        vocab_size=vocab_size,
-        model_type=data.sp_model_type,
-        joint=data.joint_vocab,
-        sample=data.tokenizer_sample,
-        symbols=target_tokens(data),
-    )
-
-
-def _model_and_tokenizers(config: Config, latest: Path | None, given, train_pairs, echo=print):
-    """From the checkpoint resumed, or new: given or newly trained tokenizers, seeded model."""
-    if latest is not None:
-        loaded = load_model_dir(latest)
-        if loaded.model_config != config.model:
-            raise CheckpointError(
-                f"{latest}: its model config differs from the config given; "
-                "use --force to start over"
-            )
-        tokenizers = (loaded.src_tokenizer, loaded.tgt_tokenizer)
-        if given is not None and not all(map(_same_tokenizer, tokenizers, given)):
-            raise CheckpointError(
-                f"{latest}: its tokenizers differ from the ones the data was encoded with "
-                "(data.prepared or data.src_tokenizer); use --force to start over"
-            )
-        return loaded.model, *tokenizers
-    src_tok, tgt_tok = given or _new_tokenizers(config, train_pairs, echo)
-    seed_generators(config.train.seed)  # the initial weights, drawn from the seed
-    return build_model(config.model, len(src_tok), len(tgt_tok)), src_tok, tgt_tok
-
-
-def _same_tokenizer(a, b) -> bool:
-    """The same pieces, and for SentencePiece the same model bytes."""
-    pieces = [a.id_to_token(i) for i in range(len(a))] == [b.id_to_token(i) for i in range(len(b))]
-    return pieces and getattr(a, "model_proto", None) == getattr(b, "model_proto", None)
-
-
-def _training_ids(config: Config, train_pairs, src_tok, tgt_tok, echo):
-    """Tokenized training pairs, filtered by length; none left is an error, not an IndexError."""
-    from heedful.data.corpus import filter_pairs
-
-    src_ids, tgt_ids, report = filter_pairs(train_pairs, src_tok, tgt_tok, config.data.max_length)
-    if not src_ids:
-        raise CorpusError(
-            f"{split_source(config.data, 'train')}: no training pairs left: {report}; check the "
-            f"files, or raise data.max_length (now {config.data.max_length})"
-        )
-    echo(f"training pairs: {report}")
-    return src_ids, tgt_ids
-
-
-@dataclass
-class TrainingData:
-    """What a run trains and validates on, read and checked before anything else happens."""
-
-    valid: list[tuple[str, str]]
-    given: tuple | None  # tokenizers the data fixes (data.src_tokenizer, or a prepared dir's)
-    text: list[tuple[str, str]] | None  # the training pairs as text, when read into memory
-    prepared: Pairs | None  # the training pairs as ids, memory-mapped from data.prepared
-
-    def pairs(self, config: Config, src_tok, tgt_tok, echo) -> Pairs:
-        if self.prepared is not None:
-            return self.prepared
-        return InMemoryPairs(*_training_ids(config, self.text, src_tok, tgt_tok, echo))
-
-
-def read_training_data(config: Config, dist: Distributed, progress: bool, echo) -> TrainingData:
-    """The corpus in memory, or (data.prepared) a prepared directory, prepared first by rank 0
-    when it is missing or its inputs changed; the other processes wait, then open it too."""
-    if config.data.prepared is None:
-        train_pairs, valid_pairs = read_split(config, "train"), read_split(config, "valid")
-        return TrainingData(valid_pairs, _given_tokenizers(config), train_pairs, None)
-    from heedful.data.prepare import prepare, settings
-    from heedful.data.prepared import PreparedError, check_prepared, open_prepared, read_manifest
-
-    directory = Path(config.data.prepared)
-    if dist.is_main:
-        try:
-            prepare(config.data, directory, progress=progress, echo=echo)
-        except PreparedError as error:  # an input is missing: a copied directory may do
-            if not (directory / "manifest.json").exists():
-                raise
-            echo(f"warning: {error}; training on {directory} as it was prepared")
-            check_prepared(directory)  # its files as the manifest's hashes say, ids in range
-    dist.barrier()
-    if read_manifest(directory).get("settings") != settings(config.data):
-        raise PreparedError(
-            f"{directory}: prepared with other data settings than the config's (tokenizer, "
-            "vocabulary, max_length, shard size); run heedful prepare with this config"
-        )
-    prepared = open_prepared(directory)
-    echo(f"prepared data: {directory}: {len(prepared.train):,} training pairs")
-    return TrainingData(prepared.valid, prepared.tokenizers, None, prepared.train)
+def task_for(config: Config) -> Task:
+    """Captions for an image encoder (issue 12), translation for text."""
+    return TextTask() if config.model.encoder == "text" else CaptionTask()
 
 
 def _voice(dist: Distributed, run_dir: Path, rank_logs: bool, echo):
@@ -282,26 +73,24 @@ def train_from_config(
 ) -> TrainResult:
     """Train (or resume) the run in `run_dir` as `config` says."""
     reuse_freed_memory()  # every step's tensors again, without fresh pages (cpu.py)
-    if config.model.encoder != "text":  # image captioning (issue 12)
-        from heedful.captions_experiment import train_captions
-
-        return train_captions(config, run_dir, force, progress, echo)
+    task = task_for(config)
     set_threads(config.train.threads)
     dist = Distributed.from_env()
     device = dist.device()
     dist.start(echo)
     echo = RunLog(_voice(dist, Path(run_dir), config.train.rank_logs, echo), hold=dist.is_main)
     # Read and check every input first: --force must not delete a run for a typo in a path.
-    data = read_training_data(config, dist, progress, echo)
+    data = task.read(config, dist, progress, echo)
     run = Run(Path(run_dir), config, dist)
     with run.locked():
         latest = None if force else run.resume_point(echo)
-        model, src_tok, tgt_tok = _model_and_tokenizers(config, latest, data.given, data.text, echo)
-        pairs = data.pairs(config, src_tok, tgt_tok, echo)
-        validate = make_validator(data.valid, src_tok, tgt_tok, config, device)
+        model, tokenizers = task.model(config, latest, data, echo)
+        pairs, valid = task.examples(config, data, model, tokenizers, device, echo)
+        validate = make_validator(valid, config, device)
         if force:
             run.clear()
         dist.barrier()
-        return run_training(
-            run, model, (src_tok, tgt_tok), pairs, validate, latest, progress, echo, device
-        )
+        with task.reading(model, data):
+            return run_training(
+                run, model, tokenizers, pairs, validate, latest, progress, echo, device
+            )

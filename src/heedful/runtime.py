@@ -5,10 +5,11 @@
     ctranslate2   CTranslate2Translator below: the model exported by export.py, run by
                   CTranslate2's C++ search; quantize="int8" computes in int8. No attention.
 
-Both offer the same `translate(texts, num_beams, n_best, batch_size, need_weights, **settings)
--> list[Translation]` and the attributes the server reads (src_tokenizer, tgt_tokenizer,
-generation, languages), so a caller changes engine by changing one argument of
-`load_translator`.
+Both are an engine.Engine: the same `translate(texts, num_beams, n_best, batch_size,
+need_weights, prefixes, settings=SearchSettings, **overrides) -> list[Translation]`, the
+attributes the server reads (src_tokenizer, tgt_tokenizer, generation, languages) and their
+declared capabilities, checked by engine.check_supported; so a caller changes engine by
+changing one argument of `load_translator`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,10 +28,12 @@ from heedful.checkpoint import (
     read_generation,
     read_model_config,
 )
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import ModelConfig
+from heedful.configsearch import SearchSettings, call_settings
 from heedful.cpu import ctranslate2_compute_type
 from heedful.data.tokenizers import EOS_ID
 from heedful.decoding import gnmt_length_penalty
+from heedful.engine import SEARCH, Capabilities, check_supported
 from heedful.export import export_ctranslate2, import_ctranslate2, vocabulary
 from heedful.translator import Translation, Translator, blank_outputs, check_quantize
 
@@ -59,13 +61,14 @@ class CTranslate2Translator:
     """
 
     engine = "ctranslate2"
+    capabilities = Capabilities(settings=SEARCH, prefixes=False, attention=False)
 
     def __init__(
         self,
         ct2_translator,
         src_tokenizer,
         tgt_tokenizer,
-        generation: GenerationConfig,
+        generation: SearchSettings,
         languages: tuple[str, str] = ("src", "tgt"),
         config: ModelConfig | None = None,
     ):
@@ -125,21 +128,21 @@ class CTranslate2Translator:
         self,
         texts: Sequence[str],
         num_beams: int | None = None,
-        n_best: int = 1,
+        n_best: int | None = None,
         batch_size: int = 64,
         need_weights: bool = False,
-        **settings,
+        prefixes: Sequence[str | None] | None = None,
+        *,
+        settings: SearchSettings | None = None,
+        **overrides,
     ) -> list[Translation]:
-        """As Translator.translate; need_weights is refused (CTranslate2 gives no weights)."""
-        if need_weights:
-            raise ValueError(
-                "the ctranslate2 engine gives no attention weights; use the torch engine "
-                "(the default) to see the attention"
-            )
-        g = replace(self.generation, **settings)
-        beams = g.num_beams if num_beams is None else num_beams
-        if beams < 1 or not 1 <= n_best <= beams:
-            raise ValueError(f"need 1 <= n_best <= num_beams, got n_best={n_best}, {beams} beams")
+        """As Translator.translate, for what CTranslate2 can do (capabilities): greedy and
+        beam search, without prefixes or attention weights."""
+        g = call_settings(
+            self.generation, settings, num_beams=num_beams, n_best=n_best, **overrides
+        )
+        check_supported(self.engine, self.capabilities, g, prefixes is not None, need_weights)
+        beams, n_best = g.num_beams, g.n_best
         out, todo = blank_outputs(texts, self.src_tokenizer)
         ids = {i: self.src_tokenizer.encode(texts[i]) for i in todo}
         limits = {n: g.max_output_length(n) for n in {len(s) for s in ids.values()}}
@@ -266,6 +269,15 @@ def _batches(order: list[int], key, size: int):
             end += 1
         yield order[start:end]
         start = end
+
+
+def engine_type(engine: str) -> type:
+    """The class of an engine by its name, whose declared capabilities can be checked before
+    anything is loaded (the CLI's flags)."""
+    types = {"torch": Translator, "ctranslate2": CTranslate2Translator}
+    if engine not in types:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    return types[engine]
 
 
 def load_translator(

@@ -22,7 +22,8 @@ import torch
 
 @dataclass(frozen=True)
 class Sampling:
-    """The sampling settings; GenerationConfig range-checks the same fields."""
+    """The sampling settings: SearchSettings' sampling fields (Sampling.of), as the sampler
+    reads them; SearchSettings range-checks the same fields."""
 
     temperature: float = 1.0
     top_k: int | None = None  # None: every token stays a candidate
@@ -31,6 +32,11 @@ class Sampling:
 
     def __post_init__(self) -> None:
         check_sampling(self.temperature, self.top_k, self.top_p)
+
+    @classmethod
+    def of(cls, settings) -> Sampling:
+        """The sampling fields of a SearchSettings, the type the sampler reads."""
+        return cls(settings.temperature, settings.top_k, settings.top_p, settings.seed)
 
     def generator(self, device: torch.device) -> torch.Generator | None:
         """A generator seeded with `seed` (same seed, same inputs: same samples), or None."""

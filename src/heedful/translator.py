@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from heedful.checkpoint import load_model_dir
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import ModelConfig
+from heedful.configsearch import SearchSettings, call_settings
 from heedful.data.batching import pad
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
-from heedful.decoding import Hypothesis, beam_search, greedy_search, sample_search
+from heedful.decoding import Hypothesis
+from heedful.engine import Capabilities, check_supported
 from heedful.models.base import Seq2SeqOutput
 from heedful.models.ensemble import Ensemble
 from heedful.prefix import prefix_ids
-from heedful.sampling import Sampling
+from heedful.search import search
 
 
 @dataclass
@@ -39,7 +41,7 @@ class Translation:
     alternatives: list[Translation] | None = None
 
 
-DEFAULT_GENERATION = GenerationConfig()
+DEFAULT_GENERATION = SearchSettings()
 QUANTIZE = ("int8",)  # Translator.load(quantize=...): dynamic int8 nn.Linear weights, CPU only
 
 
@@ -101,24 +103,25 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
 
 def _weight_is_read(model: nn.Module, name: str) -> bool:
-    from heedful.attention import LuongAttention
-
+    """Whether Linear `name`'s parent reads its .weight itself, as its `weights_read` declares
+    (an attention score of rnn_attention.py: Luong's concat slices W_a)."""
     parent_name, _, child = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
-    return isinstance(parent, LuongAttention) and parent.kind == "concat" and child == "w_a"
+    return child in getattr(parent, "weights_read", ())
 
 
 class Translator:
     """A model, its tokenizers and search settings: what the CLI, server and notebooks use."""
 
     engine = "torch"  # runtime.py: the other engine, ctranslate2, offers the same translate()
+    capabilities = Capabilities()  # every setting, prefixes and attention (engine.py)
 
     def __init__(
         self,
         model: nn.Module,
         src_tokenizer,
         tgt_tokenizer,
-        generation: GenerationConfig = DEFAULT_GENERATION,
+        generation: SearchSettings = DEFAULT_GENERATION,
         device: str | torch.device = "cpu",
         languages: tuple[str, str] = ("src", "tgt"),
         pairs: tuple[tuple[str, str], ...] | None = None,
@@ -180,34 +183,41 @@ class Translator:
         self,
         texts: Sequence[str],
         num_beams: int | None = None,
-        n_best: int = 1,
+        n_best: int | None = None,
         batch_size: int = 64,
         need_weights: bool = False,
         prefixes: Sequence[str | None] | None = None,
         target: str | None = None,
         source: str | None = None,
-        **settings,
+        *,
+        settings: SearchSettings | None = None,
+        **overrides,
     ) -> list[Translation]:
         """Translate texts in order, `batch_size` at a time; empty texts give empty outputs.
 
-        num_beams=1 is greedy search; `settings` override other GenerationConfig fields
-        (length_penalty, max_len_ratio, max_len_offset; sample, temperature, top_k, top_p,
-        seed, num_samples). need_weights: each Translation's attention is its
+        settings: the SearchSettings of this call [default: the model's generation.json, one
+        output]; num_beams (1 is greedy search), n_best and `overrides` (length_penalty,
+        max_len_ratio, max_len_offset; sample, temperature, top_k, top_p, seed, num_samples)
+        replace its fields. need_weights: each Translation's attention is its
         cross-attention, from replay(). prefixes: per text, target text its output must start
         with (None or "" for none); the search continues after it. target (and source): the
         language to write, whose token (<2de>) a multilingual model reads first; a pair the
         model does not have is a LanguageError that names its pairs.
         """
+        asked = call_settings(
+            self.generation, settings, num_beams=num_beams, n_best=n_best, **overrides
+        )
+        check_supported(self.engine, self.capabilities, asked, prefixes is not None, need_weights)
         texts = self.sources(texts, target, source)
         out, order = blank_outputs(texts, self.src_tokenizer)
-        forced = self._forced(texts, order, prefixes, settings)  # {i: ids} or None
+        forced = self._forced(texts, order, prefixes, asked)  # {i: ids} or None
         order.sort(key=lambda i: len(texts[i]))  # similar lengths together: less padding
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             ids = [self.src_tokenizer.encode(texts[i]) for i in chunk]
             src = pad(ids).to(self.device)  # (B, S)
             prefix = None if forced is None else [forced[i] for i in chunk]
-            found = self.search(src, num_beams, n_best, prefix=prefix, **settings)
+            found = self.search(src, prefix=prefix, settings=asked)
             for row, (i, hyps) in enumerate(zip(chunk, found)):
                 source_tokens = self.src_tokenizer.tokens(texts[i])  # once for its n-best
                 first, *rest = [self._translation(source_tokens, h) for h in hyps]
@@ -230,56 +240,35 @@ class Translator:
             return list(texts)
         return source_texts(texts, self.pairs, self.target_tokens, target, source)
 
-    @torch.no_grad()
     def search(
         self,
         src: torch.Tensor,
         num_beams: int | None = None,
-        n_best: int = 1,
+        n_best: int | None = None,
         prefix: list[list[int]] | None = None,
-        **settings,
+        *,
+        settings: SearchSettings | None = None,
+        **overrides,
     ) -> list[list[Hypothesis]]:
         """The n_best outputs of each sentence of src (B, S), best first, no attention.
 
-        num_beams: None takes the model's default (generation.json); 1 with n_best=1 is greedy
-        search. prefix: per sentence, target ids each output must start with (prefix_ids).
-        settings: other GenerationConfig fields (length_penalty, max_len_ratio,
-        max_len_offset; sample=True draws max(n_best, num_samples) outputs per sentence with
-        temperature, top_k, top_p and seed, ranked by score).
+        settings, num_beams, n_best and overrides: as translate's (None takes the model's
+        generation.json, with one output). prefix: per sentence, target ids each output must
+        start with (prefix_ids). The dispatch to greedy, beam or sampling is search.search.
         """
-        g = replace(self.generation, **settings)
-        beams = g.num_beams if num_beams is None else num_beams
-        lengths = {"max_len_ratio": g.max_len_ratio, "max_len_offset": g.max_len_offset}
-        if g.sample:
-            sampling = Sampling(g.temperature, g.top_k, g.top_p, g.seed)
-            count = max(n_best, g.num_samples)
-            found = sample_search(
-                self.model, src, BOS_ID, EOS_ID, sampling, count, prefix=prefix, **lengths
-            )
-            return [sorted(hyps, key=lambda h: -h.score) for hyps in found]
-        if beams == 1 and n_best == 1:
-            greedy = greedy_search(self.model, src, BOS_ID, EOS_ID, prefix=prefix, **lengths)
-            return [[h] for h in greedy]
-        return beam_search(
-            self.model,
-            src,
-            BOS_ID,
-            EOS_ID,
-            beams,
-            n_best,
-            g.length_penalty,
-            prefix=prefix,
-            **lengths,
+        asked = call_settings(
+            self.generation, settings, num_beams=num_beams, n_best=n_best, **overrides
         )
+        return search(self.model, src, asked, prefix)
 
-    def _forced(self, texts, order: list[int], prefixes, settings) -> dict | None:
+    def _forced(self, texts, order: list[int], prefixes, g: SearchSettings) -> dict | None:
         """The prefix ids of the texts to translate ({index: ids}), each checked against its
         text's output limit before anything is translated; None without prefixes."""
         if prefixes is None:
             return None
         if len(prefixes) != len(texts):
             raise ValueError(f"{len(prefixes)} prefixes for {len(texts)} texts: give one each")
-        g, forced = replace(self.generation, **settings), {}
+        forced = {}
         for i in order:
             forced[i] = self.prefix_ids(prefixes[i], f"text {i + 1}: the prefix")
             limit = g.max_output_length(len(self.src_tokenizer.encode(texts[i])))

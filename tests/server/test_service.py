@@ -16,6 +16,7 @@ import torch
 from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.tokenizers import CharTokenizer
 from heedful.models.build import build_model
+from heedful.runtime import engine_type
 from heedful.safejson import dumps
 from heedful.server import ApiError, ServerLimits, TranslateRequest, response_body
 from heedful.server.service import Job, Output, Search, TranslationService
@@ -31,18 +32,25 @@ class FakeTranslator:
 
     def __init__(self, engine: str = "torch", config: ModelConfig = ModelConfig(), fail=None):
         self.engine, self.config, self.fail = engine, config, fail
+        self.capabilities = engine_type(engine).capabilities  # what the engine declares
         self.generation, self.calls = GENERATION, []
         self.src_tokenizer = SimpleNamespace(encode=lambda text: list(text))  # a token a letter
 
-    def translate(self, texts, num_beams, n_best, batch_size, **settings):
-        self.calls.append((list(texts), num_beams, n_best, settings))
+    def translate(self, texts, batch_size, prefixes=None, *, settings):
+        self.calls.append((list(texts), settings))
         if self.fail and self.fail in texts:
             raise ValueError(f"cannot translate {self.fail}")
         others = [Translation(t, [], [], -1.0) for t in texts]
         return [
-            Translation(t[::-1], [], [], 0.0, alternatives=[other] * (n_best - 1))
+            Translation(t[::-1], [], [], 0.0, alternatives=[other] * (settings.n_best - 1))
             for t, other in zip(texts, others)
         ]
+
+
+def searching(num_beams: int, n_best: int, max_len_ratio: float, max_len_offset: int):
+    """The Search of a text: the model's settings with these beams and output limit."""
+    lengths = {"max_len_ratio": max_len_ratio, "max_len_offset": max_len_offset}
+    return Search(replace(GENERATION, num_beams=num_beams, n_best=n_best, **lengths))
 
 
 def request(*texts: str, is_list: bool = False, **fields) -> TranslateRequest:
@@ -59,26 +67,26 @@ def plan(service: TranslationService, *texts: str, **fields) -> list[Search]:
 
 def test_beams_default_to_the_model_within_the_limit_and_grow_to_the_alternatives():
     service = TranslationService(FakeTranslator(), LIMITS)
-    assert plan(service, "abc")[0].num_beams == 4  # generation.json's 5, within --max-num-beams
-    assert plan(service, "abc", num_beams=1)[0].num_beams == 1
+    assert plan(service, "abc")[0].settings.num_beams == 4  # generation.json's 5, within the limit
+    assert plan(service, "abc", num_beams=1)[0].settings.num_beams == 1
     [search] = plan(service, "abc", num_beams=1, alternatives=2)
-    assert (search.num_beams, search.n_best) == (3, 3)  # n alternatives need a beam of n + 1
+    assert (search.settings.num_beams, search.settings.n_best) == (3, 3)  # a beam of n + 1
 
 
 def test_the_output_limit_is_the_models_unless_a_cap_binds():
     service = TranslationService(FakeTranslator(), LIMITS)
-    natural = Search(4, 1, GENERATION.max_len_ratio, GENERATION.max_len_offset)
+    natural = searching(4, 1, GENERATION.max_len_ratio, GENERATION.max_len_offset)
     assert plan(service, "abcdefghij") == [natural]  # 1.0 · 10 + 4 = 14 <= 20
-    assert plan(service, "abcdefghij", max_new_tokens=3) == [Search(4, 1, 0.0, 3)]
-    assert plan(service, "a" * 30) == [Search(4, 1, 0.0, 20)]  # 34 > --max-new-tokens
+    assert plan(service, "abcdefghij", max_new_tokens=3) == [searching(4, 1, 0.0, 3)]
+    assert plan(service, "a" * 30) == [searching(4, 1, 0.0, 20)]  # 34 > --max-new-tokens
     # texts with the same search can share a batch; another length limit is another search
-    assert plan(service, "ab", "cd", "a" * 30) == [natural, natural, Search(4, 1, 0.0, 20)]
+    assert plan(service, "ab", "cd", "a" * 30) == [natural, natural, searching(4, 1, 0.0, 20)]
 
 
 def test_a_learned_position_table_bounds_the_source_and_the_output():
     config = ModelConfig(positional="learned", max_positions=8)
     service = TranslationService(FakeTranslator(config=config), LIMITS)
-    assert plan(service, "abcdefgh") == [Search(4, 1, 0.0, 8)]  # 1.0 · 8 + 4 > 8 positions
+    assert plan(service, "abcdefgh") == [searching(4, 1, 0.0, 8)]  # 1.0 · 8 + 4 > 8 positions
     with pytest.raises(ApiError, match=r"^q\[1\] is 9 tokens long; this model reads at most 8$"):
         plan(service, "ab", "abcdefghi")
 
@@ -149,21 +157,18 @@ def job(texts: list[str], searches: list[Search], attention: bool = False) -> Jo
 def test_texts_that_share_a_search_are_translated_in_one_call():
     translator = FakeTranslator()
     service = TranslationService(translator, LIMITS)
-    greedy, beam = Search(1, 1, 1.0, 4), Search(2, 2, 0.0, 3)
+    greedy, beam = searching(1, 1, 1.0, 4), searching(2, 2, 0.0, 3)
     results = service.run([job(["ab", "cd"], [greedy, beam]), job(["ef"], [greedy])])
     assert results == [
         [Output("ba", []), Output("dc", ["cd"])],
         [Output("fe", [])],
     ]
-    assert translator.calls == [
-        (["ab", "ef"], 1, 1, {"max_len_ratio": 1.0, "max_len_offset": 4}),
-        (["cd"], 2, 2, {"max_len_ratio": 0.0, "max_len_offset": 3}),
-    ]
+    assert translator.calls == [(["ab", "ef"], greedy.settings), (["cd"], beam.settings)]
 
 
 def test_a_failure_is_the_answer_of_its_jobs_only():
     service = TranslationService(FakeTranslator(fail="cd"), LIMITS)
-    greedy, beam = Search(1, 1, 1.0, 4), Search(2, 1, 1.0, 4)
+    greedy, beam = searching(1, 1, 1.0, 4), searching(2, 1, 1.0, 4)
     ok, failed = service.run([job(["ab"], [greedy]), job(["cd"], [beam])])
     assert ok == [Output("ba", [])]
     assert isinstance(failed, ValueError) and str(failed) == "cannot translate cd"

@@ -14,6 +14,7 @@ from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenizer
 from heedful.decoding import beam_search, greedy_search
 from heedful.models.build import build_model
+from heedful.scores import SCORES
 from heedful.translator import Translator
 from heedful.visualize.trace import Trace, build_trace, estimated_json_bytes
 from heedful.visualize.trace_check import check_trace
@@ -85,6 +86,7 @@ def test_every_row_is_a_distribution_and_shapes_follow_the_schema(name, beams):
     config = MODELS[name]
     transformer = config.arch == "transformer"
     layers, heads = (config.decoder_layers, config.num_heads) if transformer else (1, 1)
+    scored = not transformer and config.attention != "none"
     assert trace.model == {
         "arch": config.arch,
         "attention": "multi-head" if transformer else config.attention,
@@ -92,6 +94,8 @@ def test_every_row_is_a_distribution_and_shapes_follow_the_schema(name, beams):
         "decoder_layers": layers,
         "heads": heads,
         **({"copy": True} if config.copy else {}),  # the pointer-generator's only
+        # an RNN score's formula and form, for the viewer's calculation (scores.py)
+        **({"score": SCORES[config.attention].describe(config.hidden_size)} if scored else {}),
     }
     assert trace.source == SENTENCE and trace.source_tokens == list(SENTENCE)
     assert len(trace.hypotheses) == min(beams, 2)

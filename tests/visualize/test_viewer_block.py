@@ -163,7 +163,7 @@ def test_two_viewers_draw_their_own_block(chromium, tmp_path, traces):
     assert_no_console_errors(chromium)
 
 
-AXES = "return JSON.parse(arguments[0].dataset.axes || \"null\")"
+AXES = 'return JSON.parse(arguments[0].dataset.axes || "null")'
 
 
 def test_the_positional_figures_have_axes(chromium, tmp_path, traces):

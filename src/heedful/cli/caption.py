@@ -24,8 +24,11 @@ def image_arguments(paths: tuple[str, ...]) -> list[str] | None:
     return None
 
 
-def caption_images(model_dir, images, num_beams, n_best, batch_size, output_path=None) -> None:
-    """Print (or write to output_path) the captions of `images`; errors name the image."""
+def caption_images(
+    model_dir, images, num_beams, n_best, batch_size, drawn=None, output_path=None
+) -> None:
+    """Print (or write to output_path) the captions of `images`; errors name the image.
+    drawn: the sampling settings of `heedful translate --sample ...`."""
     from heedful.captioner import Captioner
     from heedful.checkpoint import CheckpointError
     from heedful.config import beams_for
@@ -36,7 +39,8 @@ def caption_images(model_dir, images, num_beams, n_best, batch_size, output_path
     try:
         captioner = Captioner.load(model_dir)
         beams = beams_for(num_beams or captioner.generation.num_beams, n_best)
-        results = captioner.caption(images, num_beams=beams, n_best=n_best, batch_size=batch_size)
+        settings = captioner.generation.but(num_beams=beams, n_best=n_best, **(drawn or {}))
+        results = captioner.caption(images, batch_size=batch_size, settings=settings)
     except (CheckpointError, ImageError) as error:
         raise click.ClickException(str(error)) from None
     rows = ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
@@ -76,4 +80,4 @@ def caption_images(model_dir, images, num_beams, n_best, batch_size, output_path
 )
 def caption(model_dir, images, output_path, num_beams, n_best, batch_size) -> None:
     """Caption images (PNG, JPEG, ...) with an image model: one line per image, in order."""
-    caption_images(model_dir, images, num_beams, n_best, batch_size, output_path)
+    caption_images(model_dir, images, num_beams, n_best, batch_size, output_path=output_path)

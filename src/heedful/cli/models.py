@@ -85,12 +85,7 @@ def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress)
         progress=progress,
         echo=click.echo,
     )
-    if task == "captions":  # demo_captions.py: images in, so a demo of its own
-        from heedful.demo_captions import run_caption_demo
-
-        run_caption_demo(model_name, out, **options)
-    else:
-        run_demo(model_name, out, task=task, **options)
+    run_demo(model_name, out, task=task, **options)
 
 
 @click.command(short_help="Train (or resume) a model from a YAML config.")

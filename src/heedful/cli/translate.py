@@ -51,7 +51,7 @@ def sampling_options(f):
 
 
 def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
-    """The GenerationConfig fields the sampling flags set; a setting without --sample is an
+    """The SearchSettings fields the sampling flags set; a setting without --sample is an
     error (it would silently do nothing)."""
     given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
     given = {name: value for name, value in given.items() if value is not None}
@@ -134,24 +134,44 @@ def translate(
     images = image_arguments(model_dirs)  # an image model: MODEL_DIR image.png ... (caption.py)
     if images is not None:
         output_path = None if output_path == "-" else output_path
-        return caption_images(model_dirs[0], images, num_beams, n_best, batch_size, output_path)
-    settings = _sampling_settings(**sampling)
-    if engine != "torch" and (settings or prefix_path):
-        raise click.UsageError(f"--sample and --prefix need the torch engine, not {engine}")
+        drawn = _sampling_settings(**sampling)
+        _check_engine("torch", drawn, prefix_path is not None, images=True)
+        search = (num_beams, n_best, batch_size, drawn)
+        return caption_images(model_dirs[0], images, *search, output_path=output_path)
+    drawn = _sampling_settings(**sampling)
+    _check_engine(engine, drawn, prefix_path is not None)
     translator = _load(model_dirs, engine, quantize)
     direct = director(model_dirs[0], target, source)
     beams = beams_for(num_beams or translator.generation.num_beams, n_best)
-    whole = prefix_path not in (None, "tsv") or "seed" in settings
+    settings = translator.generation.but(num_beams=beams, n_best=n_best, **drawn)
+    whole = prefix_path not in (None, "tsv") or "seed" in drawn
     with _Output(output_path) as output:
         for first, lines in pieces(input_path, max_chars, batch_size, whole):
             lines, prefixes = _prefixes(lines, first, prefix_path, max_chars)
-            if prefixes is not None:
-                settings["prefixes"] = prefixes
             results = translator.translate(
-                direct(lines), num_beams=beams, n_best=n_best, batch_size=batch_size, **settings
+                direct(lines), batch_size=batch_size, prefixes=prefixes, settings=settings
             )
             rows = ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
             output.write(rows)  # n-best alternatives tab-separated
+
+
+def _check_engine(engine: str, drawn: dict, prefixes: bool, images: bool = False) -> None:
+    """What the engine cannot do, refused by its declared capabilities before a model loads
+    (engine.check_supported, the check of the Python API and the server too)."""
+    from heedful.configsearch import SearchSettings
+    from heedful.engine import CLI, Unsupported, check_supported
+    from heedful.runtime import engine_type
+
+    if images:  # an image model: the Captioner
+        from heedful.captioner import Captioner
+
+        capabilities = Captioner.capabilities
+    else:
+        capabilities = engine_type(engine).capabilities
+    try:
+        check_supported(engine, capabilities, SearchSettings(**drawn), prefixes, names=CLI)
+    except Unsupported as error:
+        raise click.UsageError(str(error)) from None
 
 
 class _Output:

@@ -24,32 +24,24 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from heedful.attention import (
-    AdditiveAttention,
-    LuongAttention,
-    LuongLocalAttention,
-    attend,
-    padding_mask,
-)
+from heedful.attention import attend, padding_mask
 from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
 from heedful.models.pointer import CopyGate, pointer_mixture
+from heedful.rnn_attention import LuongLocalAttention
+from heedful.scores import RNN_ATTENTIONS, SCORES
 
 RNN_CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
 Hidden = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (layers, B, N)
 
 
 def make_attention(kind: str, size: int, window: int = 10) -> nn.Module | None:
-    """The attention a decoder uses, by the config's name ('none' gives the plain seq2seq);
-    window: D of Luong's local attention (luong-local-m, luong-local-p)."""
+    """The attention a decoder uses, by the config's name, as scores.py declares it ('none'
+    gives the plain seq2seq); window: D of Luong's local attention."""
     if kind == "none":
         return None
-    if kind == "bahdanau":
-        return AdditiveAttention(size, size, size)
-    if kind.startswith("luong-local-"):
-        return LuongLocalAttention(kind.removeprefix("luong-local-"), size, size, window)
-    if kind.startswith("luong-"):
-        return LuongAttention(kind.removeprefix("luong-"), size, size, size)
-    raise ValueError(f"unknown RNN attention {kind!r}")
+    if kind not in SCORES:
+        raise ValueError(f"unknown RNN attention {kind!r}; choose one of {RNN_ATTENTIONS}")
+    return SCORES[kind].build(size, window)
 
 
 class RNNEncoder(nn.Module):
@@ -262,7 +254,7 @@ class RNNSeq2Seq(nn.Module):
                 f"attention {attention!r} and vocabularies of {src_vocab_size} and "
                 f"{tgt_vocab_size}"
             )
-        self.pad_id, self.attention_kind = pad_id, attention  # e.g. "bahdanau", "none"
+        self.pad_id, self.attention_kind = pad_id, attention  # a name of scores.py, or none
         self.encoder = RNNEncoder(
             src_vocab_size,
             embed_size,

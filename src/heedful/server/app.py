@@ -239,7 +239,7 @@ def _add_status_routes(app, routes: Routes) -> None:
         service = _ready(state)
         if not page:
             translator = service.translator
-            attention = translator.engine == "torch"  # ctranslate2 gives no weights
+            attention = translator.capabilities.attention  # ctranslate2 gives no weights
             beams = translator.generation.num_beams
             page.append(index_page(state.languages, state.limits, beams, attention))
         return HTMLResponse(page[0])

@@ -159,7 +159,8 @@ class ImageService:
         with self.lock:
             if time.monotonic() > deadline:  # queued uploads past theirs must not jam the rest
                 return None
-            [caption] = self.captioner.caption([image], num_beams, need_weights=attention)
+            settings = self.captioner.generation.but(num_beams=num_beams, n_best=1)
+            [caption] = self.captioner.caption([image], need_weights=attention, settings=settings)
         answer = {"caption": caption.text, "tokens": caption.tokens, "score": caption.score}
         answer["grid"] = list(caption.grid)
         if attention and caption.attention is not None:

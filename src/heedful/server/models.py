@@ -114,7 +114,7 @@ def check_prefix(state: ModelState, prefix: str | None) -> None:
     naming the field, here where the model is first known, before any text is planned. A
     model still loading is answered 503 after this; other engines refuse any prefix."""
     translator = None if state.service is None else state.service.translator
-    if not prefix or translator is None or translator.engine != "torch":
+    if not prefix or translator is None or not translator.capabilities.prefixes:
         return
     from heedful.prefix import PrefixError  # torch's: importing the server loads none
 

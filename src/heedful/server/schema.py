@@ -130,6 +130,9 @@ def numbers(limits: ServerLimits) -> tuple[Integer, ...]:
 # request the OpenAPI document describes is answered as it says
 SAMPLING = ("temperature", "top_k", "top_p", "seed")
 MAX_SETTING = 999_999_999  # top_k and seed: nine digits, all a form's text may spell (from_text)
+# Fields that are SearchSettings fields of their own name, read whether or not sample is set
+# (a new search setting: its name here and its Field in decoding(); service.py passes them on)
+SETTINGS: tuple[str, ...] = ()
 
 
 def decoding(limits: ServerLimits) -> tuple[Field, ...]:
@@ -189,11 +192,12 @@ class TranslateRequest:
     num_beams: int | None = None
     max_new_tokens: int | None = None
     return_attention: bool = False
-    sampling: dict | None = None  # temperature, top_k, top_p, seed: GenerationConfig's fields
+    sampling: dict | None = None  # temperature, top_k, top_p, seed: SearchSettings' fields
     prefix: str | None = None  # every output starts with it
     source: str = "auto"  # the pair asked for: server/models.py routes by it
     target: str = ""
     format: str = "text"  # html: q is a document, its text nodes translated (documents.py)
+    settings: dict | None = None  # the SETTINGS given, by name
 
 
 def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
@@ -209,16 +213,19 @@ def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
     # ignored as LibreTranslate ignores alternatives there (the schema says so)
     text_only = [schema[name].read(data) for name in ("return_attention", "prefix")]
     attention, prefix = text_only if text_format == "text" else (False, None)
+    numbers = {name: schema[name].read(data) for name in ("alternatives", "num_beams")}
     return TranslateRequest(
         texts,
         is_list,
-        *(schema[name].read(data) for name in ("alternatives", "num_beams", "max_new_tokens")),
-        attention,
-        _sampling(data, schema),
-        prefix,
-        source,
-        target,
-        text_format,
+        **numbers,
+        max_new_tokens=schema["max_new_tokens"].read(data),
+        return_attention=attention,
+        sampling=_sampling(data, schema),
+        prefix=prefix,
+        source=source,
+        target=target,
+        format=text_format,
+        settings={n: v for n in SETTINGS if (v := schema[n].read(data)) is not None},
     )
 
 

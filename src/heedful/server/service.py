@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from heedful.config import beams_for
+from heedful.configsearch import SearchSettings, beams_for
+from heedful.engine import HTTP, check_supported
 from heedful.safejson import dumps
 from heedful.server.limits import ApiError, ServerLimits
 from heedful.server.schema import TranslateRequest, check_limits
@@ -18,15 +19,11 @@ from heedful.visualize.trace import build_trace, estimated_json_bytes
 
 @dataclass(frozen=True)
 class Search:
-    """The settings that decide which texts may share a batch."""
+    """One text's search: its settings, which decide which texts may share a batch."""
 
-    num_beams: int
-    n_best: int
-    max_len_ratio: float
-    max_len_offset: int
-    # sampling settings (sorted items), and the request they belong to: a seeded request
-    # draws the same samples whatever else the batch holds, so it shares its batch with no other
-    sampling: tuple | None = None
+    settings: SearchSettings
+    # the request of a sampled search: a seeded request draws the same samples whatever else
+    # the batch holds, so it shares its batch with no other
     owner: int | None = None
     prefix: str | None = field(default=None, compare=False)  # this text's; any prefixes batch
 
@@ -75,17 +72,20 @@ class TranslationService:
         if beams is None:
             beams = min(translator.generation.num_beams, limits.max_num_beams)
         beams = beams_for(beams, n_best)  # n alternatives need a beam of n + 1
-        if request.return_attention and translator.engine != "torch":
-            raise ApiError(
-                400,
-                f"this server runs the {translator.engine} engine, which gives no "
-                "attention weights: drop return_attention (the torch engine gives them)",
+        draws = {} if request.sampling is None else {"sample": True, **request.sampling}
+        try:
+            given = {**(request.settings or {}), **draws}  # SearchSettings fields asked for
+            asked = translator.generation.but(num_beams=beams, n_best=n_best, **given)
+            check_supported(
+                translator.engine,
+                translator.capabilities,
+                asked,
+                prefixes=bool(request.prefix),
+                attention=request.return_attention,
+                names=HTTP,
             )
-        if (request.sampling is not None or request.prefix) and translator.engine != "torch":
-            raise ApiError(
-                400,
-                f"sample and prefix need the torch engine; this server runs {translator.engine}",
-            )
+        except ValueError as error:  # Unsupported, or settings out of range (ConfigError)
+            raise ApiError(400, str(error)) from None
         if getattr(translator.src_tokenizer, "kind", None) == "image":  # it reads no text
             raise ApiError(400, "this is an image captioning model: POST a picture to /caption")
         searches, attention_bytes = [], 0
@@ -98,7 +98,7 @@ class TranslationService:
                     f"{where} is {source_tokens} tokens long; this model reads at most "
                     f"{self.max_positions}",
                 )
-            search, output_limit = self._plan_search(source_tokens, beams, n_best, request)
+            search, output_limit = self._plan_search(source_tokens, asked, request)
             search = self._decoding(search, request, i, output_limit)
             searches.append(search)
             attention_bytes += estimated_json_bytes(
@@ -117,18 +117,17 @@ class TranslationService:
         return searches, request.return_attention
 
     def _plan_search(
-        self, source_tokens: int, beams: int, n_best: int, request: TranslateRequest
+        self, source_tokens: int, asked: SearchSettings, request: TranslateRequest
     ) -> tuple[Search, int]:
         """The search and its output limit: the model's (ratio · S + offset), capped by the
         request and the server; a cap that binds becomes a limit of its own (ratio 0,
         offset = the cap)."""
-        g = self.translator.generation
-        natural = g.max_output_length(source_tokens)
+        natural = asked.max_output_length(source_tokens)
         caps = [self.limits.max_new_tokens, request.max_new_tokens, self.max_positions]
         cap = min(c for c in caps if c is not None)
         if natural <= cap:
-            return Search(beams, n_best, g.max_len_ratio, g.max_len_offset), natural
-        return Search(beams, n_best, 0.0, cap), cap
+            return Search(asked), natural
+        return Search(replace(asked, max_len_ratio=0.0, max_len_offset=cap)), cap
 
     def _decoding(self, search: Search, request: TranslateRequest, i: int, limit: int) -> Search:
         """The search with the prefix (within text i's output limit) and the sampling."""
@@ -139,10 +138,8 @@ class TranslationService:
             raise ApiError(
                 400, f"prefix is {forced} tokens long, more than {where} may be ({limit} tokens)"
             )
-        if request.sampling is None:
-            return replace(search, prefix=prefix)
-        sampling = tuple(sorted(request.sampling.items()))
-        return replace(search, sampling=sampling, owner=id(request), prefix=prefix)
+        owner = id(request) if search.settings.sample else None
+        return replace(search, owner=owner, prefix=prefix)
 
     # -- in the worker thread ------------------------------------------------------------------
 
@@ -183,17 +180,11 @@ class TranslationService:
             return error
 
     def _translate(self, search: Search, texts: list[str], prefixes: list) -> list[Output]:
-        decoding = {} if search.sampling is None else {"sample": True, **dict(search.sampling)}
-        if any(prefixes):
-            decoding["prefixes"] = prefixes
         results = self.translator.translate(
             texts,
-            num_beams=search.num_beams,
-            n_best=search.n_best,
             batch_size=self.limits.max_batch_size,
-            max_len_ratio=search.max_len_ratio,
-            max_len_offset=search.max_len_offset,
-            **decoding,
+            prefixes=prefixes if any(prefixes) else None,
+            settings=search.settings,
         )
         return [Output(r.text, [a.text for a in r.alternatives or []]) for r in results]
 
@@ -202,15 +193,8 @@ class TranslationService:
         for text, search in zip(job.texts, job.searches):
             if job.abandoned.is_set():
                 raise Abandoned(f"left after {len(outputs)} of {len(job.texts)} traces")
-            translator = self._with_lengths(search)
-            sampling = None if search.sampling is None else dict(search.sampling)
             trace = build_trace(
-                translator,
-                text,
-                search.num_beams,
-                search.n_best,
-                prefix=search.prefix,
-                sampling=sampling,
+                self.translator, text, prefix=search.prefix, settings=search.settings
             )
             trace_json = dumps(trace.to_dict())
             size += len(trace_json.encode("utf-8"))
@@ -223,18 +207,6 @@ class TranslationService:
             first, *rest = trace.hypotheses
             outputs.append(Output(first.text, [h.text for h in rest], trace_json))
         return outputs
-
-    def _with_lengths(self, search: Search):
-        """The translator with this search's output-length limit (the model is shared)."""
-        from copy import copy
-
-        translator = copy(self.translator)
-        translator.generation = replace(
-            translator.generation,
-            max_len_ratio=search.max_len_ratio,
-            max_len_offset=search.max_len_offset,
-        )
-        return translator
 
 
 def response_body(

@@ -8,21 +8,9 @@ from __future__ import annotations
 import torch
 
 from heedful.models.pointer import pointer_mixture
+from heedful.scores import SCORES
 from heedful.visualize.explanation import Explanation, Output, Section, at, first_rows, rows, vec
 from heedful.visualize.trace import check_index
-
-ATTENTION_NAMES = {  # config.attention -> how explain names it
-    "bahdanau": "Bahdanau (additive)",
-    "luong-dot": "Luong dot",
-    "luong-general": "Luong general",
-    "luong-concat": "Luong concat",
-}
-SCORE_FORMULAS = {  # config.attention -> score(h_t, h̄_s) (Bahdanau et al. 2015; Luong et al. 2015)
-    "bahdanau": "vᵀ tanh(W_q h_t + W_k h̄_s)",
-    "luong-dot": "h_tᵀ h̄_s",
-    "luong-general": "h_tᵀ W_a h̄_s",
-    "luong-concat": "v_aᵀ tanh(W_a [h_t; h̄_s])",
-}
 
 
 def _predicted(decoder, attentional, maps, ti: int, src) -> tuple[torch.Tensor, list[str]]:
@@ -52,7 +40,7 @@ def _rnn_sections(translator, out: Output, ti: int, maps, states, top: int) -> l
     best = probs.topk(min(top, probs.numel()))
     tgt = translator.tgt_tokenizer
     labels = [at("h̄", source, j) for j in range(len(source))]
-    formula = SCORE_FORMULAS[translator.config.attention]
+    formula = SCORES[translator.config.attention].formula  # score(h_t, h̄_s)
     states_lines = rows(labels, [vec(states[j], 4) for j in range(len(source))])
     return [
         Section(
@@ -121,7 +109,7 @@ def explain_rnn(translator, out: Output, position: int, top: int) -> Explanation
     with torch.no_grad():
         states = translator.model.encode(out.src).states[0]  # (S, N)
     heading = (
-        f"{ATTENTION_NAMES[translator.config.attention]} attention, output step {ti + 1}, "
+        f"{SCORES[translator.config.attention].label} attention, output step {ti + 1}, "
         f"which reads {out.inputs[ti]!r} and predicts {out.output_tokens[ti]!r}"
     )
     sections = _rnn_sections(translator, out, ti, maps, states, top)

@@ -192,30 +192,6 @@ def transformer_internals(captured: dict, decimals: int) -> tuple[dict, dict]:
     return shared, own
 
 
-def _weight(linear: nn.Module) -> torch.Tensor:
-    """A Linear's weight, also of an int8 one (whose .weight() is a quantized tensor)."""
-    weight = linear.weight
-    return weight().dequantize() if callable(weight) else weight
-
-
-def _score_parts(attention: nn.Module, states: torch.Tensor, queries: torch.Tensor):
-    """(keys (S, A) or None, query parts (T, A) or None, v (A) or None) such that the score is
-    h_t · keys_s (dot: keys are h̄_s themselves; general: W_a h̄_s) or vᵀ tanh(q_t + keys_s)
-    (Bahdanau: W_q h_t + W_k h̄_s; Luong concat: W_a [h_t; h̄_s] split in two)."""
-    import torch.nn.functional as F
-
-    kind = getattr(attention, "kind", "bahdanau")
-    if kind == "dot":
-        return None, None, None
-    keys = attention.prepare_keys(states)
-    if kind == "general":
-        return keys, None, None
-    if kind == "concat":
-        n = attention.query_size
-        return keys, F.linear(queries, _weight(attention.w_a)[:, :n]), _weight(attention.v_a)[0]
-    return keys, attention.w_q(queries), _weight(attention.v)[0]
-
-
 def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tuple[dict, dict]:
     """(shared, per hypothesis): encoder states h̄_s [S][N], the score's key parts, the source's
     embedding rows [S][E] and what the decoder RNN reads besides them; this hypothesis's
@@ -232,11 +208,10 @@ def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tupl
     shared["decoder_reads"] = reads  # with input feeding, h̃_{t-1} too (zeros at t = 1)
     own = {"attentional": rounded(attentional, decimals), "score_queries": None}
     own["decoder_inputs"] = rounded(decoder_inputs, decimals)
-    if model.decoder.attention is not None:
-        parts = _score_parts(model.decoder.attention, states, maps.decoder_states[0])
-        keys, queries, v = (rounded(p, decimals) for p in parts)
-        shared.update(score_keys=keys, score_v=v)
-        own["score_queries"] = queries
+    if model.decoder.attention is not None:  # the parts of the score's form (scores.py)
+        parts = model.decoder.attention.score_parts(states, maps.decoder_states[0])
+        shared.update(score_keys=rounded(parts.keys, decimals), score_v=rounded(parts.v, decimals))
+        own["score_queries"] = rounded(parts.queries, decimals)
     return shared, own
 
 

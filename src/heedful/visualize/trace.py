@@ -14,8 +14,10 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from heedful.configsearch import SearchSettings
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
 from heedful.safejson import dumps
+from heedful.scores import SCORES
 from heedful.visualize.internals import (
     DECIMALS,  # the schema's rounding; also read from here (words.py, trace_image.py)
     block_internals,
@@ -169,15 +171,17 @@ def _check_keys(data: Any, expected: set[str], optional: set[str], where: str) -
 def model_info(config) -> dict:
     """The trace's "model": its family and the layers × heads its attention maps have."""
     if config.arch == "rnn":
-        local = {"window": config.local_window} if "local" in config.attention else {}
-        local |= {"copy": True} if config.copy else {}  # See et al. 2017's pointer-generator
+        extra = {"window": config.local_window} if config.is_local() else {}
+        extra |= {"copy": True} if config.copy else {}  # See et al. 2017's pointer-generator
+        if config.attention in SCORES:  # its formula and form, for the viewer (scores.py)
+            extra["score"] = SCORES[config.attention].describe(config.hidden_size)
         return {
             "arch": "rnn",
             "attention": config.attention,
             "encoder_layers": 1,
             "decoder_layers": 1,
             "heads": 1,
-            **local,  # Luong's local attention: D, its window's half-width; copy
+            **extra,  # Luong's local attention: D, its window's half-width; copy; score
         }
     return {
         "arch": "transformer",
@@ -291,19 +295,23 @@ def _cross(maps) -> torch.Tensor | None:
     return None if maps.cross is None else maps.cross[0].permute(2, 0, 1, 3)  # (T, L, H, S)
 
 
-def _search(translator, src, n_best: int, search: dict, prefix, sampling):
-    """The hypotheses of build_trace and the Sampling they were drawn with (or None); `search`
-    (num_beams, length_penalty) gains the prefix and sampling settings when there are some."""
+def _search(translator, src, settings, prefix):
+    """The hypotheses of build_trace, with the trace's `search` (SearchSettings.record) and the
+    Sampling they were drawn with (or None)."""
     from heedful.sampling import Sampling
 
     forced = [translator.prefix_ids(prefix)] if prefix else None
-    drawn = None if sampling is None else Sampling(**sampling)  # checked before searching
-    settings = {"length_penalty": search["length_penalty"]}
-    settings |= {"sample": True, **sampling} if drawn else {}
-    [hyps] = translator.search(src, search["num_beams"], n_best, prefix=forced, **settings)
-    search |= {"prefix": prefix, "forced": len(forced[0])} if forced else {}
-    search |= {"sample": dict(sampling)} if drawn else {}
-    return hyps, drawn
+    drawn = Sampling.of(settings) if settings.sample else None
+    [hyps] = translator.search(src, prefix=forced, settings=settings)
+    return hyps, settings.record(prefix, len(forced[0]) if forced else 0), drawn
+
+
+def _asked(translator, num_beams, n_best, length_penalty, sampling) -> SearchSettings:
+    """build_trace's settings from its older arguments, over the translator's own."""
+    draws = {"sample": True, **sampling} if sampling is not None else {}
+    return translator.generation.but(
+        num_beams=num_beams, n_best=n_best, length_penalty=length_penalty, **draws
+    )
 
 
 def build_trace(
@@ -318,17 +326,18 @@ def build_trace(
     sampling: dict | None = None,
     target: str | None = None,
     source: str | None = None,
+    settings: SearchSettings | None = None,
 ) -> Trace:
     """Translate `sentence` and record, for each of the n_best outputs, every attention weight.
 
     translator: a heedful.Translator (its model, tokenizers and length limits are used).
-    num_beams: 1 is greedy search; n_best: how many hypotheses to keep (at most num_beams).
+    settings: the SearchSettings [default: the translator's, with num_beams (1: greedy),
+        n_best, length_penalty (None: the translator's) and sampling as given].
     top_k: how many candidate next tokens to record at each step; None is TOP_K.
-    length_penalty: beam search's GNMT alpha; None takes the translator's.
     internals: record what the viewer's calculation panels need (per-head Q, K, V; RNN
         encoder and attentional states): None does so while they stay within
         INTERNALS_MAX_NUMBERS numbers (docs/trace-schema.md), True always, False never.
-    prefix: target text the outputs must start with. sampling: GenerationConfig's sampling
+    prefix: target text the outputs must start with. sampling: SearchSettings' sampling
         fields (temperature, top_k, top_p, seed): draw n_best outputs instead of searching.
     target, source: the language pair, as Translator.translate takes them: a multilingual
         model reads the target's token first, and a <2de> the sentence starts with is text.
@@ -340,15 +349,13 @@ def build_trace(
     top_k = TOP_K if top_k is None else top_k
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
-    if length_penalty is None:
-        length_penalty = translator.generation.length_penalty
+    settings = settings or _asked(translator, num_beams, n_best, length_penalty, sampling)
     ids = translator.src_tokenizer.encode(sentence)
     source_tokens = seen_tokens(translator.src_tokenizer, sentence)  # <unk> where it saw one
     import torch
 
     src = torch.tensor([ids], device=translator.device)  # (1, S)
-    search = {"num_beams": num_beams, "length_penalty": length_penalty}
-    hyps, drawn = _search(translator, src, n_best, search, prefix, sampling)
+    hyps, search, drawn = _search(translator, src, settings, prefix)
     internals = records_internals(translator, internals, len(ids), hyps)
     with torch.no_grad():
         traced = [

@@ -15,12 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from heedful.scores import FORMS, RNN_ATTENTIONS
+
 MAX_TRACE_BYTES = 256 << 20  # far above any trace build_trace writes (internals are bounded)
 MAX_IMAGE_URI_CHARS = 2 << 20  # an image trace's picture: a 256-pixel PNG takes under 300,000
 IMAGE_URI_PREFIXES = ("data:image/png;base64,", "data:image/jpeg;base64,")
 ARCHS = ("transformer", "rnn")
-ATTENTIONS = ("multi-head", "none", "bahdanau", "luong-dot", "luong-general", "luong-concat",
-              "luong-local-m", "luong-local-p")  # fmt: skip
+ATTENTIONS = ("multi-head", *RNN_ATTENTIONS)
 
 
 def read_trace_json(path: Path) -> Any:
@@ -113,6 +114,19 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 30 else text[:29] + '…'}"
 
 
+def _check_score(c: _Checker, score: Any) -> None:
+    """model.score: {"form", "formula"[, "scale"][, "gaussian"]} of Score.describe."""
+    c.kind(score, dict, "model.score", "an object")
+    if not {"form", "formula"} <= score.keys() <= {"form", "formula", "scale", "gaussian"}:
+        c.fail("model.score", "must have the keys form and formula (and scale, gaussian)")
+    if score["form"] not in FORMS:
+        c.fail("model.score.form", f"must be one of {', '.join(FORMS)}")
+    c.kind(score["formula"], str, "model.score.formula", "text")
+    if "scale" in score:
+        c.number(score["scale"], "model.score.scale", low=0.0)
+    c.kind(score.get("gaussian", True), bool, "model.score.gaussian", "true or false")
+
+
 def check_trace(data: dict) -> None:
     """Raise ValueError naming the first field of `data` (a trace's plain data, its keys
     already checked) whose type or shape is not the schema's."""
@@ -123,6 +137,8 @@ def check_trace(data: dict) -> None:
         c.fail("model.arch", f"must be one of {', '.join(ARCHS)}, got {_shown(arch)}")
     if model.get("attention") not in ATTENTIONS:
         c.fail("model.attention", f"must be one of {', '.join(ATTENTIONS)}")
+    if "score" in model:  # an RNN's score (scores.py); older traces lack it
+        _check_score(c, model["score"])
     enc, dec, heads = (
         c.count(model.get(k), f"model.{k}", 4096)
         for k in ("encoder_layers", "decoder_layers", "heads")

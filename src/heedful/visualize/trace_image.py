@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from heedful.configsearch import SearchSettings
 from heedful.visualize.internals import rounded
 from heedful.visualize.rollout import attention_rollout
 from heedful.visualize.trace import DECIMALS, Trace, model_info, replayed
@@ -80,10 +81,12 @@ def build_image_trace(
     n_best: int = 1,
     top_k: int | None = None,
     length_penalty: float | None = None,
+    settings: SearchSettings | None = None,
 ) -> Trace:
     """Caption one image (a file, its bytes or (H, W, 3) uint8 pixels) and record, for each of
     the n_best captions, every attention weight over the regions, the picture and, for a ViT,
-    its attention rollout. captioner: a heedful.captioner.Captioner. A bad image is an
+    its attention rollout. captioner: a heedful.captioner.Captioner. settings: a
+    SearchSettings in place of num_beams, n_best and length_penalty. A bad image is an
     ImageError naming it, before anything is searched."""
     import torch
 
@@ -91,11 +94,13 @@ def build_image_trace(
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     searcher = captioner.searcher  # the Translator that searches and replays on images
-    if length_penalty is None:
-        length_penalty = searcher.generation.length_penalty
+    if settings is None:
+        settings = searcher.generation.but(
+            num_beams=num_beams, n_best=n_best, length_penalty=length_penalty
+        )
     images = captioner.images([source])  # (1, 3, size, size)
     pixels = seen_pixels(source)
-    [hyps] = searcher.search(images, num_beams, n_best, length_penalty=length_penalty)
+    [hyps] = searcher.search(images, settings=settings)
     with torch.no_grad():
         traced = [replayed(searcher, images, h, top_k, False, i == 0) for i, h in enumerate(hyps)]
     encoder = traced[0][1]  # (L, H, S, S) of a ViT, else None
@@ -109,7 +114,7 @@ def build_image_trace(
         model=model,
         source=_source_name(source),
         source_tokens=region_labels(grid),
-        search={"num_beams": num_beams, "length_penalty": length_penalty},
+        search=settings.record(),
         encoder_self_attention=rounded(encoder),
         hypotheses=[h for h, _, _ in traced],
         image={"data_uri": png_data_uri(pixels), "grid": list(grid), "rollout": rollout},

@@ -30,7 +30,7 @@ def estimated_json_bytes(
     else:
         per_output = t * s * (_WEIGHT_BYTES + _SCORE_BYTES)  # weights and scores
         per_output += 2 * t * config.hidden_size * _STATE_BYTES  # h_t and c_t
-        per_output += t * _SCORE_BYTES * (("local" in config.attention) + config.copy)  # p_t, p_gen
+        per_output += t * _SCORE_BYTES * (config.is_local() + config.copy)  # p_t, p_gen
         shared = 0
     per_output += 4 * TOP_K * t * _WEIGHT_BYTES  # a candidate is a token and a probability
     # internals are kept only while within the limit: a trace of shorter outputs may keep them

@@ -1,23 +1,16 @@
 // The calculation of one RNN decoder step, numbered as Alammar's seven steps (Luong et al.
 // 2015, §3): h_t, the encoder states h̄_s, the scores, the softmax, c_t, h̃_t, the output.
 
-const RNN_FORMULAS = {
-  bahdanau: "score = v\u1D40 tanh(W_q h_t + W_k h\u0304_s)  (Bahdanau et al. 2014, eq. 6)",
-  "luong-dot": "score = h_t \u00B7 h\u0304_s  (Luong et al. 2015, dot)",
-  "luong-general": "score = h_t \u00B7 (W_a h\u0304_s)  (Luong et al. 2015, general)",
-  "luong-concat": "score = v_a\u1D40 tanh(W_a [h_t; h\u0304_s])  (Luong et al. 2015, concat)",
-  "luong-local-m": "score = h_t \u00B7 (W_a h\u0304_s) for |s \u2212 p_t| \u2264 D, p_t = t  " +
-    "(Luong et al. 2015, local-m)",
-  "luong-local-p": "score = h_t \u00B7 (W_a h\u0304_s) for |s \u2212 p_t| \u2264 D; a_t(s) " +
-    "\u00D7 exp(\u2212(s \u2212 p_t)\u00B2 / 2\u03C3\u00B2), \u03C3 = D/2  (Luong et al. 2015, local-p)",
-};
-// score(h_t, h̄_s) as the model computes it, from the parts the trace keeps (internals).
+// score(h_t, h̄_s) as the model computes it, in the form the trace declares (model.score, from
+// heedful's table of scores) and from the parts it keeps (internals): "dot" scale · q_t · k_s,
+// "additive" vᵀ tanh(q_t + k_s), with q_t = h_t and k_s = h̄_s where no part is kept.
 function rnnScore(t, s) {
-  const shared = trace.internals, own = hyp().internals, h = hyp().rnn.decoder_states[t];
-  if (model.attention === "luong-dot") return dot(h, shared.encoder_states[s]);
-  if (model.attention === "luong-general" || model.window) return dot(h, shared.score_keys[s]);
-  const q = own.score_queries[t], k = shared.score_keys[s];
-  return dot(shared.score_v, q.map((x, i) => Math.tanh(x + k[i])));
+  const shared = trace.internals, own = hyp().internals, score = model.score;
+  if (!score) return +hyp().rnn.scores[t][s]; // an older trace: the scores it holds
+  const q = own.score_queries ? own.score_queries[t] : hyp().rnn.decoder_states[t];
+  const k = shared.score_keys ? shared.score_keys[s] : shared.encoder_states[s];
+  if (score.form === "additive") return dot(shared.score_v, q.map((x, i) => Math.tanh(x + k[i])));
+  return (score.scale || 1) * dot(q, k);
 }
 function rnnCalculation(t) {
   const states = trace.internals.encoder_states;
@@ -26,7 +19,9 @@ function rnnCalculation(t) {
   const D = model.window, p = D ? +hyp().rnn.centers[t] : 0;
   const outside = (s) => !!D && Math.abs(s - p) > D + 1e-9;
   const rows = softmaxRows(states.map((_, s) => ({ j: s, score: rnnScore(t, s), masked: outside(s) })));
-  if (model.attention === "luong-local-p") {
+  if (!model.score) { // an older trace, without its score's form: its own scores and weights
+    for (const r of rows) r.weight = +hyp().cross_attention[t][0][0][r.j];
+  } else if (model.score.gaussian) {
     for (const r of rows) r.weight *= Math.exp(-((r.j - p) ** 2) / (2 * (D / 2) ** 2));
   }
   const context = new Array(states[0].length).fill(0);
@@ -96,7 +91,7 @@ function renderRnnCalc(body, t) {
   const first = stepItem(steps, "The decoder state h_t (the RNN's output at this step):", vectorSpan("calc-query", h.rnn.decoder_states[t]));
   rnnInputs(first, t);
   stepItem(steps, "The encoder states h\u0304_s, one per source token (the table's h\u0304_s column).");
-  stepItem(steps, "Score each one: " + (RNN_FORMULAS[model.attention] || model.attention) + ".");
+  stepItem(steps, "Score each one: " + (model.score ? model.score.formula : model.attention) + ".");
   stepItem(steps, "Softmax the scores into the weights a_t(s).");
   const ctx = stepItem(steps, "Context c_t = \u03A3_s a_t(s) h\u0304_s =", vectorSpan("calc-output", calc.context));
   ctx.appendChild(el("span", "note-inline", "  (the trace's c_t: " + vecText(h.rnn.contexts[t]) + ")"));
