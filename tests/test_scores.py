@@ -103,3 +103,30 @@ def test_an_unknown_score_is_refused_by_name():
         ModelConfig(arch="rnn", attention="luong-cubic")
     with pytest.raises(ValueError, match="unknown RNN attention 'luong-cubic'"):
         make_attention("luong-cubic", N)
+
+
+def test_scaled_general_is_luong_general_over_the_root_of_n():
+    """The score added after the table (issue 27, item 8): Luong's general score h_tᵀ W_a h̄_s
+    divided by √N, the Transformer's scaling, with the same W_a; config, demo and the trace
+    know it from its one entry."""
+    torch.manual_seed(0)
+    scaled, general = (
+        SCORES[name].build(N, WINDOW) for name in ("scaled-general", "luong-general")
+    )
+    general.load_state_dict(scaled.state_dict())  # one W_a for both
+    states, queries = torch.randn(S, N, dtype=torch.float64), torch.randn(T, N, dtype=torch.float64)
+    with torch.no_grad():
+        scaled, general = scaled.double(), general.double()
+        expected = general.score(queries, general.prepare_keys(states)) / N**0.5
+        actual = scaled.score(queries, scaled.prepare_keys(states))
+    torch.testing.assert_close(actual, expected, rtol=1e-12, atol=1e-12)
+    assert SCORES["scaled-general"].describe(N) == {
+        "form": "dot",
+        "formula": "score = h_tᵀ W_a h̄_s / √N  (Luong et al. 2015, §3.1, general; scaled as "
+        "Vaswani et al. 2017, §3.2.1)",
+        "scale": 1 / N**0.5,
+    }
+    assert (
+        ModelConfig(arch="rnn", attention="scaled-general").used()["attention"] == "scaled-general"
+    )
+    assert DEMO_MODELS["rnn-scaled-general"].attention == "scaled-general"

@@ -88,9 +88,19 @@ class LuongAttention(nn.Module):
     dot:     h_tᵀ h̄_s                  (needs equal sizes, no parameters)
     general: h_tᵀ W_a h̄_s
     concat:  v_aᵀ tanh(W_a [h_t; h̄_s])
+
+    scaled (dot, general): the score × 1/√d_q, as Vaswani et al. 2017, §3.2.1 scale theirs, so
+    that a product of wide states does not push the softmax where its gradients vanish.
     """
 
-    def __init__(self, kind: str, query_size: int, key_size: int, hidden_size: int | None = None):
+    def __init__(
+        self,
+        kind: str,
+        query_size: int,
+        key_size: int,
+        hidden_size: int | None = None,
+        scaled: bool = False,
+    ):
         super().__init__()
         if kind not in LUONG_KINDS:
             raise ValueError(f"unknown Luong attention kind {kind!r}; choose one of {LUONG_KINDS}")
@@ -99,7 +109,10 @@ class LuongAttention(nn.Module):
                 f"Luong 'dot' attention needs query_size == key_size, got {query_size} and "
                 f"{key_size}; use 'general' to learn a map between them"
             )
+        if scaled and kind == "concat":
+            raise ValueError("Luong 'concat' attention has no product to scale; use scaled=False")
         self.kind, self.query_size = kind, query_size
+        self.scale = query_size**-0.5 if scaled else 1.0
         # concat slices W_a into its query and key halves, reading .weight itself
         self.weights_read = ("w_a",) if kind == "concat" else ()
         if kind == "general":
@@ -126,7 +139,8 @@ class LuongAttention(nn.Module):
                 self._concat_query(query).unsqueeze(-2) + prepared_keys.unsqueeze(-3)
             )
             return self.v_a(hidden).squeeze(-1)
-        return query @ prepared_keys.transpose(-2, -1)  # (..., Lq, Lk)
+        scores = query @ prepared_keys.transpose(-2, -1)  # (..., Lq, Lk)
+        return scores * self.scale if self.scale != 1.0 else scores  # / √d_q when scaled
 
     def score_parts(self, states: torch.Tensor, queries: torch.Tensor) -> ScoreParts:
         """dot: q_t = h_t, k_s = h̄_s; general: k_s = W_a h̄_s; concat (additive): W_a [h_t; h̄_s]

@@ -94,6 +94,15 @@ SCORES: dict[str, Score] = {
             make=lambda a, n, d: a.LuongAttention("concat", n, n, n),
         ),
         Score(
+            name="scaled-general",
+            label="Scaled general",
+            formula="h_tᵀ W_a h̄_s / √N",
+            source="Luong et al. 2015, §3.1, general; scaled as Vaswani et al. 2017, §3.2.1",
+            form="dot",
+            make=lambda a, n, d: a.LuongAttention("general", n, n, n, scaled=True),
+            scaled=True,
+        ),
+        Score(
             name="luong-local-m",
             label="Luong local-m",
             formula=f"{_LOCAL}, p_t = t",
