@@ -36,11 +36,11 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 NEAR_TIE = 1e-3  # nats: float32 rounding differences between engines are about 1e-5
 
 
-def random_model_dir(path, norm="post", tie=False, positional="sinusoidal"):
+def random_model_dir(path, norm="post", tie=False, positional="sinusoidal", kv_heads=None):
     tokenizer = CharTokenizer.train([ALPHABET])
     config = ModelConfig(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64,
                          dropout=0.0, norm=norm, tie_embeddings=tie, positional=positional,
-                         max_positions=64)  # fmt: skip
+                         max_positions=64, num_kv_heads=kv_heads)  # fmt: skip
     torch.manual_seed(1)
     model = build_model(config, len(tokenizer), len(tokenizer))
     with torch.no_grad():
@@ -113,6 +113,19 @@ def test_ctranslate2_gives_our_outputs(tmp_path, norm, tie, positional):
     assert [t.tokens for t in converted.translate(texts, num_beams=1)] == [
         t.tokens for t in greedy_ct2
     ]
+
+
+@pytest.mark.parametrize("norm, kv_heads", [("post", 2), ("pre", 1)])
+def test_grouped_query_attention_exports_with_its_shared_heads(tmp_path, norm, kv_heads):
+    """CTranslate2's num_heads_kv groups query heads as ours do: the same outputs."""
+    model_dir = random_model_dir(tmp_path / "model", norm, kv_heads=kv_heads)
+    export_ctranslate2(model_dir, tmp_path / "export")
+    ours = Translator.load(model_dir)
+    theirs = CTranslate2Translator.load(tmp_path / "export", threads=1)
+    texts = random_texts()
+    for search in ({"num_beams": 1}, {"num_beams": 4, "length_penalty": 0.0}):
+        a, b = (t.translate(texts, batch_size=16, **search) for t in (ours, theirs))
+        assert same_outputs(a, b) >= 0.95
 
 
 class FixedCTranslate2:

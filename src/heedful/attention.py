@@ -113,11 +113,23 @@ def scaled_dot_product_attention(
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W_O, head_i = Attention(Q W_Qi, K W_Ki, V W_Vi).
 
+    With num_kv_heads < num_heads it is grouped-query attention (Ainslie et al. 2023; 1 is
+    Shazeer 2019's multi-query attention): W_K and W_V make num_kv_heads heads, each read by a
+    group of num_heads / num_kv_heads consecutive query heads (kv_head), so a decoder caches
+    num_kv_heads / num_heads of the keys and values.
+
     When the weights are not needed it runs torch's fused `scaled_dot_product_attention`, which
     computes the same function without materialising the (Lq, Lk) matrix in Python.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+    ):
         super().__init__()
         if num_heads < 1 or d_model % num_heads != 0:
             raise ValueError(
@@ -125,19 +137,31 @@ class MultiHeadAttention(nn.Module):
                 "each head gets d_model / num_heads dimensions"
             )
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if self.num_kv_heads < 1 or num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads ({num_kv_heads}) must divide num_heads ({num_heads}): each "
+                "key and value head is shared by num_heads / num_kv_heads query heads"
+            )
+        d_kv = self.num_kv_heads * self.d_head  # K's and V's width: H_kv · D/H
         self.dropout = dropout
         self.w_q = nn.Linear(d_model, d_model, bias=bias)
         # No key bias: q·(k + b) = q·k + q·b adds the same amount to every key's score for a
         # query, which the softmax cancels. The bias would get a zero gradient and only drift
         # (Adam amplifies round-off noise in it), so it is left out.
-        self.w_k = nn.Linear(d_model, d_model, bias=False)
-        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_kv, bias=False)
+        self.w_v = nn.Linear(d_model, d_kv, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, L, D) -> (B, H, L, D/H)"""
+        """(B, L, n · D/H) -> (B, n, L, D/H): n = H for Q, H_kv for K and V"""
         b, length, _ = x.shape
-        return x.view(b, length, self.num_heads, self.d_head).transpose(1, 2)
+        return x.view(b, length, -1, self.d_head).transpose(1, 2)
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head query head `head` reads (from 0): consecutive groups of
+        H / H_kv query heads share one, as repeat_interleave in attend_heads lays them out."""
+        return head // (self.num_heads // self.num_kv_heads)
 
     def parts(self, *roles: str) -> dict[str, nn.Module]:
         """The projections by their role in the formula (all of them, or those of `roles`):
@@ -154,19 +178,22 @@ class MultiHeadAttention(nn.Module):
         """Which columns of the outputs of parts q, k and v (and of o's input z, as q's) head
         `head` (from 0) reads: head_i = Attention(Q[:, cols], K[:, cols], V[:, cols])."""
         cols = slice(head * self.d_head, (head + 1) * self.d_head)
-        return {"q": cols, "k": cols, "v": cols}
+        g = self.kv_head(head)
+        shared = slice(g * self.d_head, (g + 1) * self.d_head)  # cols unless grouped
+        return {"q": cols, "k": shared, "v": shared}
 
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """K W_K and V W_V split into heads, (B, H, Lk, D/H) each. Decoders cache these."""
+        """K W_K and V W_V split into heads, (B, H_kv, Lk, D/H) each. Decoders cache these."""
         if keys is values and (fused := stacked_weights(self, self.parts("k", "v"))) is not None:
-            k, v = F.linear(keys, *fused).chunk(2, dim=-1)  # one product: (B, Lk, 2D)
+            k, v = F.linear(keys, *fused).chunk(2, dim=-1)  # one product: (B, Lk, 2 H_kv D/H)
             return self.split_heads(k), self.split_heads(v)
         return self.split_heads(self.w_k(keys)), self.split_heads(self.w_v(values))
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Self-attention's Q, K, V of x (B, L, D) split into heads, (B, H, L, D/H) each."""
+        """Self-attention's Q, K, V of x (B, L, D) split into heads, (B, H or H_kv, L, D/H)."""
         if (fused := stacked_weights(self, self.parts("q", "k", "v"))) is not None:
-            q, k, v = F.linear(x, *fused).chunk(3, dim=-1)  # one product: (B, L, 3D)
+            d_kv = self.num_kv_heads * self.d_head  # one product: (B, L, D + 2 H_kv D/H)
+            q, k, v = F.linear(x, *fused).split([self.d_model, d_kv, d_kv], dim=-1)
             return self.split_heads(q), self.split_heads(k), self.split_heads(v)
         k, v = self.project_kv(x, x)  # unstacked (int8, hooks): K, V first, as in forward()
         return self.split_heads(self.w_q(x)), k, v
@@ -194,7 +221,7 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of `query` over already projected heads k, v (B, H, Lk, D/H)."""
+        """Attention of `query` over already projected heads k, v (B, H_kv, Lk, D/H)."""
         q = self.split_heads(self.w_q(query))  # (B, H, Lq, D/H)
         return self.attend_heads(q, k, v, mask, need_weights)
 
@@ -206,8 +233,11 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of projected heads q (B, H, Lq, D/H) over k, v (B, H, Lk, D/H), then W_O."""
+        """Attention of projected heads q (B, H, Lq, D/H) over k, v (B, H_kv, Lk, D/H), then
+        W_O. Grouped heads are repeated to H here, so caches stay H_kv wide."""
         b, _, lq, _ = q.shape
+        if (group := self.num_heads // k.size(1)) > 1:  # GQA: each K, V head serves a group
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if mask is not None:
             check_mask(mask, torch.Size((b, lq, k.size(-2))))
             mask = mask.unsqueeze(-3) if mask.dim() == 3 else mask  # add the head axis

@@ -41,7 +41,7 @@ MAX_LINE_BYTES = 16 * 2**20  # data.max_line_bytes, and data/lines.py's default 
 FAMILY_KEYS = {
     "transformer": (
         "attention_dropout", "tie_embeddings", "num_heads", "encoder_layers", "decoder_layers",
-        "d_ff", "norm", "positional", "max_positions",
+        "d_ff", "norm", "positional", "max_positions", "num_kv_heads",
     ),
     "rnn": ("rnn_cell", "hidden_size", "rnn_layers", "bidirectional", "attention", "input_feeding",
             "local_window", "copy"),
@@ -57,6 +57,9 @@ class ModelConfig:
     tie_embeddings: bool = False  # share target embedding and output projection
     # Transformer
     num_heads: int = 4
+    # grouped-query attention (Ainslie et al. 2023): key/value heads, each shared by num_heads /
+    # num_kv_heads query heads (1: multi-query); must divide num_heads; None: one per head
+    num_kv_heads: int | None = None
     encoder_layers: int = 2
     decoder_layers: int = 2
     d_ff: int = 512
@@ -106,6 +109,13 @@ class ModelConfig:
                 f"model.d_model ({self.d_model}) must be divisible by model.num_heads "
                 f"({self.num_heads})"
             )
+        if self.num_kv_heads is not None and (
+            self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads
+        ):
+            raise ConfigError(
+                f"model.num_kv_heads ({self.num_kv_heads}) must divide model.num_heads "
+                f"({self.num_heads}): each key/value head serves a group of query heads"
+            )
         if self.arch == "rnn" and self.copy and self.attention == "none":
             raise ConfigError(
                 "model.copy: the pointer-generator copies with attention; choose "
@@ -146,6 +156,8 @@ class ModelConfig:
         unused |= unused_image_keys(self)  # all of them for text: its directories stay the same
         if not self.copy:  # model directories written before it stay byte for byte the same
             unused.add("copy")
+        if self.num_kv_heads is None:  # likewise: only grouped-query models list it
+            unused.add("num_kv_heads")
         return {k: v for k, v in to_dict(self).items() if k not in unused}
 
 

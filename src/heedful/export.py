@@ -178,11 +178,13 @@ def ctranslate2_spec(model, config: ModelConfig, src_tokenizer, tgt_tokenizer):
     from ctranslate2.specs import common_spec, transformer_spec
 
     pre_norm = config.norm == "pre"
-    spec = transformer_spec.TransformerSpec.from_config(
-        (config.encoder_layers, config.decoder_layers),
-        config.num_heads,
-        pre_norm=pre_norm,  # post-norm stacks get no final norm, as ours (Identity) have none
-        activation=common_spec.Activation.RELU,
+    # post-norm stacks get no final norm, as ours (Identity) have none; num_heads_kv: grouped-
+    # query attention's K and V heads, shared as ours (head h reads h // (H / H_kv)); None: H
+    stack = dict(pre_norm=pre_norm, activation=common_spec.Activation.RELU)
+    stack["num_heads_kv"] = config.num_kv_heads
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.num_heads, **stack),
+        transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.num_heads, **stack),
     )
     encoder, decoder = spec.encoder, spec.decoder
     _embeddings(encoder, encoder.embeddings[0], model.src_embed, config)

@@ -27,12 +27,13 @@ from .builders import TEXTS
 WORDS = "a small dog runs in the park man plays guitar two girls sit on bench".split()
 
 
-def heedful_model_dir(path, tie=False, norm="post"):
+def heedful_model_dir(path, tie=False, norm="post", kv_heads=None):
     english = [t for t in TEXTS if t.split()[0] in ("a", "the", "two")] * 20
     src = SentencePieceTokenizer.train(english, vocab_size=34)
     tgt = SentencePieceTokenizer.train(TEXTS[3:] * 20, vocab_size=36)
     config = ModelConfig(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64,
-                         dropout=0.0, max_positions=64, tie_embeddings=tie, norm=norm)  # fmt: skip
+                         dropout=0.0, max_positions=64, tie_embeddings=tie, norm=norm,
+                         num_kv_heads=kv_heads)  # fmt: skip
     torch.manual_seed(1)
     model = build_model(config, len(src), len(tgt))
     with torch.no_grad():
@@ -97,3 +98,15 @@ def test_heedful_reads_its_export_back(tmp_path):
     out = marian.generate(input_ids=ids, num_beams=1, do_sample=False, max_new_tokens=limit)
     assert one.text == tokenizer.decode(out[0], skip_special_tokens=True)
     assert one.attention.shape[-1] == len(one.source_tokens)
+
+
+def test_grouped_query_attention_is_refused_by_name(tmp_path):
+    """Marian and Pegasus give each head its own keys and values: a model whose heads share
+    them (model.num_kv_heads) is refused before anything is written."""
+    from heedful.hf.export import export_huggingface
+    from heedful.io import CheckpointError
+
+    model_dir = heedful_model_dir(tmp_path / "model", kv_heads=2)
+    with pytest.raises(CheckpointError, match="4 heads share 2 key/value heads"):
+        export_huggingface(model_dir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

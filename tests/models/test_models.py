@@ -22,6 +22,13 @@ VARIANTS = {
         positional="learned",
         tie_embeddings=True,
     ),
+    # grouped-query attention (2 key/value heads for 4 heads) and multi-query (1), pre-norm
+    "transformer-gqa": ModelConfig(
+        d_model=32, num_heads=4, num_kv_heads=2, encoder_layers=2, decoder_layers=2, d_ff=64
+    ),
+    "transformer-mqa-pre": ModelConfig(
+        d_model=32, num_heads=4, num_kv_heads=1, encoder_layers=1, d_ff=64, norm="pre"
+    ),
     **{
         f"rnn-{a}": ModelConfig(arch="rnn", d_model=16, hidden_size=32, attention=a)
         for a in ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat")

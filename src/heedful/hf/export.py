@@ -3,8 +3,8 @@
 Post-norm models become Marian, pre-norm ones Pegasus: the two architectures of transformers
 that compute our Transformer exactly, weight by weight (export_weights.py says how). Any
 other model is refused by name before anything is written: an RNN, an image encoder, learned
-positions (Marian's and Pegasus's tables are fixed sinusoids), an odd d_model, SentencePiece
-BPE (export_tokenizer.py).
+positions (Marian's and Pegasus's tables are fixed sinusoids), an odd d_model, grouped-query
+attention (model.num_kv_heads), SentencePiece BPE (export_tokenizer.py).
 
 The directory holds, besides the weights and config.json:
 
@@ -114,6 +114,11 @@ def _check_exportable(loaded, model_dir) -> None:
         why = "its positions are learned; Marian's and Pegasus's are fixed sinusoids"
     elif config.d_model % 2:
         why = f"d_model {config.d_model} is odd; the sinusoids come in pairs"
+    elif config.num_kv_heads not in (None, config.num_heads):
+        why = (
+            f"its {config.num_heads} heads share {config.num_kv_heads} key/value heads "
+            "(model.num_kv_heads); Marian and Pegasus have no grouped-query attention"
+        )
     elif {loaded.src_tokenizer.kind, loaded.tgt_tokenizer.kind} - {"sentencepiece", "char"}:
         why = "its tokenizers are neither SentencePiece nor character ones"
     elif loaded.src_tokenizer.kind != loaded.tgt_tokenizer.kind:

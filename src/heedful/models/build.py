@@ -14,6 +14,7 @@ def _transformer_settings(c: ModelConfig, pad_id: int) -> dict:
     return dict(
         d_model=c.d_model,
         num_heads=c.num_heads,
+        num_kv_heads=c.num_kv_heads,
         decoder_layers=c.decoder_layers,
         d_ff=c.d_ff,
         dropout=c.dropout,

@@ -1,6 +1,7 @@
 """The Transformer encoder-decoder of Vaswani et al. 2017, with an incremental (cached) decoder.
 
-Shapes: B batch, S source length, T target length, D d_model, H heads, L layers, V vocabulary.
+Shapes: B batch, S source length, T target length, D d_model, H heads, L layers, V vocabulary,
+H_kv key/value heads (H unless grouped-query attention: num_kv_heads).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
 from heedful.positional import POSITIONAL_ENCODINGS
 from heedful.stacked import forget_stacked
 
-KV = tuple[torch.Tensor, torch.Tensor]  # projected keys and values, (B, H, len, D/H) each
+KV = tuple[torch.Tensor, torch.Tensor]  # projected keys and values, (B, H_kv, len, D/H) each
 
 
 class KVCache(tuple):
     """A decoder layer's self-attention keys and values of the positions so far: the pair
-    (k, v), (B, H, t, D/H) each, as views into buffers (B, H, capacity, D/H) with room for more.
+    (k, v), (B, H_kv, t, D/H) each, as views into buffers (B, H_kv, capacity, D/H) with room
+    for more (H_kv = H unless grouped-query: the cache is what GQA makes smaller).
 
     A decoding step writes its one new position in place, where torch.cat would copy the whole
     past every step, and beam search's reordering gathers only the filled positions, with
@@ -59,7 +61,7 @@ class KVCache(tuple):
         return cls(*bufs, length, [length])
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> KVCache:
-        """The cache with positions k, v (B, H, n, D/H) added after its own."""
+        """The cache with positions k, v (B, H_kv, n, D/H) added after its own."""
         t, n = self.length, k.size(2)
         cache = self
         if self.filled[0] != t or t + n > self.buffers[0].size(2):
@@ -120,9 +122,11 @@ class EncoderLayer(nn.Module):
         dropout: float,
         norm_first: bool,
         attention_dropout: float = 0.0,
+        num_kv_heads: int | None = None,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
+        heads = dict(num_heads=num_heads, dropout=attention_dropout, num_kv_heads=num_kv_heads)
+        self.self_attn = MultiHeadAttention(d_model, **heads)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.attn_block = Residual(d_model, dropout, norm_first)
         self.ff_block = Residual(d_model, dropout, norm_first)
@@ -131,7 +135,7 @@ class EncoderLayer(nn.Module):
         """x (B, S, D), src_mask (B, 1, S) -> x (B, S, D), weights (B, H, S, S) or None"""
 
         def self_attention(h):
-            q, k, v = self.self_attn.project_qkv(h)  # (B, H, S, D/H) each
+            q, k, v = self.self_attn.project_qkv(h)  # (B, H, S, D/H), k, v (B, H_kv, S, D/H)
             return self.self_attn.attend_heads(q, k, v, src_mask, need_weights)
 
         x, weights = self.attn_block(x, self_attention)
@@ -148,10 +152,12 @@ class DecoderLayer(nn.Module):
         dropout: float,
         norm_first: bool,
         attention_dropout: float = 0.0,
+        num_kv_heads: int | None = None,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
+        heads = dict(num_heads=num_heads, dropout=attention_dropout, num_kv_heads=num_kv_heads)
+        self.self_attn = MultiHeadAttention(d_model, **heads)
+        self.cross_attn = MultiHeadAttention(d_model, **heads)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.self_block = Residual(d_model, dropout, norm_first)
         self.cross_block = Residual(d_model, dropout, norm_first)
@@ -163,7 +169,7 @@ class DecoderLayer(nn.Module):
         far, self weights (B, H, T, T_all) and cross weights (B, H, T, S) (None unless asked)."""
 
         def self_attention(h):
-            q, k, v = self.self_attn.project_qkv(h)  # (B, H, T, D/H) each
+            q, k, v = self.self_attn.project_qkv(h)  # (B, H, T, D/H), k, v (B, H_kv, T, D/H)
             kv = (k, v)
             if isinstance(past_kv, KVCache):  # incremental decoding: write the new position
                 kv = past_kv.append(k, v)
@@ -253,13 +259,14 @@ class Transformer(nn.Module):
         max_positions: int = 512,
         tie_embeddings: bool = False,
         pad_id: int = 0,
+        num_kv_heads: int | None = None,
     ):
         super().__init__()
         self.pad_id = pad_id
         emb = (d_model, pad_id, positional, max_positions, dropout)
         self.src_embed = Embedding(src_vocab_size, *emb)
         self.tgt_embed = Embedding(tgt_vocab_size, *emb)
-        layer = (d_model, num_heads, d_ff, dropout, norm_first, attention_dropout)
+        layer = (d_model, num_heads, d_ff, dropout, norm_first, attention_dropout, num_kv_heads)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer) for _ in range(encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer) for _ in range(decoder_layers))
         # Pre-norm stacks end with a norm of their own; post-norm layers already end normalised.

@@ -161,21 +161,38 @@ def _what_q_reads(kind: str, norm_first: bool) -> tuple[str, str]:
 
 def _projection_section(kind: str, h: _Head, mha, q_reads: str) -> Section:
     """Step 2: this head's q, and k_j, v_j of every key; q_reads names what W_Q reads."""
-    first = h.head * h.d_k
+    first, d_kv = h.head * h.d_k, mha.parts()["k"].out_features
+    wide = f"{mha.d_model} wide each"
+    if d_kv != mha.d_model:  # grouped-query attention: fewer K and V heads
+        wide = f"{mha.d_model}, {d_kv} and {d_kv} wide"
     source = "memory" if kind == "cross" else q_reads
     kv = [f"k = {vec(h.k[j], 4)}  v = {vec(h.v[j], 4)}" for j in range(len(h.keys))]
     labels = [at("k", h.keys, j) for j in range(len(h.keys))]
     return Section(
         "2. Queries, keys and values (learned projections, this head's slice)",
         [
-            f"Q = {q_reads} W_Q, K = {source} W_K, V = {source} W_V: {mha.d_model} wide each; head "
+            f"Q = {q_reads} W_Q, K = {source} W_K, V = {source} W_V: {wide}; head "
             f"{h.head + 1} of {mha.num_heads} uses dimensions {first}..{first + h.d_k - 1} "
             f"(d_k = {h.d_k})",
+            *_grouped(h, mha),
             f"q = {vec(h.q)}",
             f"{len(h.keys)} keys, each with its value (first 4 dimensions):",
             *first_rows(rows(labels, kv), len(h.keys), "keys"),
         ],
     )
+
+
+def _grouped(h: _Head, mha) -> list[str]:
+    """Under grouped-query attention (Ainslie et al. 2023), whose K and V this head reads."""
+    if mha.num_kv_heads == mha.num_heads:
+        return []
+    g, kv = mha.kv_head(h.head), mha.head_columns(h.head)["k"]
+    group = [str(i + 1) for i in range(mha.num_heads) if mha.kv_head(i) == g]
+    return [
+        f"grouped-query attention: K and V have {mha.num_kv_heads} heads; this head reads "
+        f"key/value head {g + 1}, dimensions {kv.start}..{kv.stop - 1} of K and V, the same "
+        f"k_j and v_j as heads {', '.join(group)}"
+    ]
 
 
 def _masked(h: _Head, values: torch.Tensor, fmt: str, hidden: str) -> list[str]:

@@ -50,10 +50,11 @@ def internals_size(config, source_length: int, output_lengths: list[int]) -> int
     s, total_t = source_length, sum(output_lengths)
     if config.arch == "transformer":
         d = config.d_model  # H heads × d_k
-        shared = (3 * config.encoder_layers + 2 * config.decoder_layers) * s * d
+        d_kv = d // config.num_heads * (config.num_kv_heads or config.num_heads)  # H_kv × d_k
+        shared = (config.encoder_layers * (d + 2 * d_kv) + config.decoder_layers * 2 * d_kv) * s
         block = (len(BLOCK_TENSORS) * config.encoder_layers + 1) * s * d  # + embedding rows
         shared += block + pe_positions(config, s) * d + 1  # + the scale √D
-        return shared + 4 * config.decoder_layers * total_t * d  # decoder q, k, v and cross q
+        return shared + config.decoder_layers * total_t * 2 * (d + d_kv)  # dec q, k, v; cross q
     n, e = config.hidden_size, config.d_model  # build.py: embed_size = d_model
     embeddings = s * e + total_t * e  # encoder_inputs, decoder_inputs
     if config.attention == "none":
@@ -73,7 +74,9 @@ def _attention_modules(model: nn.Module) -> dict[str, nn.Module]:
 @contextmanager
 def recording(model: nn.Module) -> Iterator[dict]:
     """Within the block, every projection the model runs is kept in the yielded dict:
-    Transformer ("encoder" | "decoder" | "cross", layer, "q" | "k" | "v") -> (1, H, L, d_k);
+    Transformer ("encoder" | "decoder" | "cross", layer, "q" | "k" | "v") -> (1, H, L, d_k)
+    (k, v: H_kv heads) and, for grouped-query attention, ("kv", None, "heads") -> [H] the K, V
+    head each head reads;
     RNN "encoder" -> (1, S, N), "combine" -> the W_c [h_t; c_t] of each call (1, t, N) and
     "encoder_inputs" / "decoder_inputs" -> the embedding rows the two RNNs read (1, S or T, E)."""
     captured: dict = {}
@@ -87,6 +90,9 @@ def recording(model: nn.Module) -> Iterator[dict]:
         return hook
 
     if model.config.arch == "transformer":
+        attn = model.decoder_layers[0].self_attn  # every attention of a model groups alike
+        if attn.num_kv_heads != attn.num_heads:
+            captured[("kv", None, "heads")] = [attn.kv_head(h) for h in range(attn.num_heads)]
         for kind, modules in _attention_modules(model).items():
             for layer, attn in enumerate(modules):
                 for name, linear in attn.parts("q", "k", "v").items():
@@ -174,7 +180,8 @@ def rounded(x: torch.Tensor | None, decimals: int = DECIMALS) -> list | None:
 
 def transformer_internals(captured: dict, decimals: int) -> tuple[dict, dict]:
     """(shared, per hypothesis): encoder q, k, v and cross k, v [L][H][S][d_k], the same for
-    every hypothesis; decoder q, k, v and cross q [L][H][T][d_k] of this one."""
+    every hypothesis; decoder q, k, v and cross q [L][H][T][d_k] of this one. With grouped-query
+    attention k and v have H_kv heads and shared "kv_heads" [H] says which one each head reads."""
     import torch
 
     def stack(kind, name):  # per layer (1, H, len, d_k) -> (L, H, len, d_k)
@@ -185,6 +192,8 @@ def transformer_internals(captured: dict, decimals: int) -> tuple[dict, dict]:
         "encoder": {name: stack("encoder", name) for name in ("q", "k", "v")},
         "cross": {name: stack("cross", name) for name in ("k", "v")},
     }
+    if ("kv", None, "heads") in captured:  # absent, as before, when every head has its own
+        shared["kv_heads"] = captured[("kv", None, "heads")]
     own = {
         "decoder": {name: stack("decoder", name) for name in ("q", "k", "v")},
         "cross": {"q": stack("cross", "q")},

@@ -50,22 +50,24 @@ function softmaxRows(rows) {
 }
 
 // ---- Transformer: one head, one query ----------------------------------------------------
+// The K, V head a head reads: its own, or under grouped-query attention its group's (kv_heads).
+const kvHead = (head) => ((trace.internals || {}).kv_heads || [])[head] ?? head;
 // One head's Q (every query), K and V, its weights and tokens, or null without internals.
 function headInternals(kind, layer, head) {
-  const h = hyp(), own = h.internals || {}, shared = trace.internals || {};
+  const h = hyp(), own = h.internals || {}, shared = trace.internals || {}, g = kvHead(head);
   if (kind === "enc") {
     const e = shared.encoder;
-    return e && { q: e.q[layer][head], k: e.k[layer][head], v: e.v[layer][head],
+    return e && { q: e.q[layer][head], k: e.k[layer][g], v: e.v[layer][g],
       weights: trace.encoder_self_attention[layer][head], keys: sourceTokens, queries: sourceTokens };
   }
   if (kind === "dec") {
     const d = own.decoder;
-    return d && { q: d.q[layer][head], k: d.k[layer][head], v: d.v[layer][head],
+    return d && { q: d.q[layer][head], k: d.k[layer][g], v: d.v[layer][g],
       weights: h.decoder_self_attention[layer][head], keys: decoderReads(),
       queries: decoderQueries(), causal: true };
   }
   const c = shared.cross;
-  return c && own.cross && { q: own.cross.q[layer][head], k: c.k[layer][head], v: c.v[layer][head],
+  return c && own.cross && { q: own.cross.q[layer][head], k: c.k[layer][g], v: c.v[layer][g],
     weights: headRows("cross", layer, head), keys: sourceTokens, queries: h.tokens };
 }
 function headParts(kind, layer, head, i) {
@@ -150,13 +152,22 @@ function renderHeadBreakdown(body, kind, layer, i, j) {
   box.appendChild(table);
   body.appendChild(box);
 }
+// Under grouped-query attention, which heads read this head's K and V (the same numbers).
+function sharedKV(head) {
+  const groups = (trace.internals || {}).kv_heads, g = kvHead(head);
+  if (!groups) return "";
+  const heads = groups.flatMap((x, h) => (x === g ? [h + 1] : []));
+  return " Grouped-query attention: K and V are key/value head " + (g + 1) + " of " +
+    (Math.max(...groups) + 1) + ", shared by heads " + heads.join(", ") + ".";
+}
 function openHeadCalc(kind, layer, head, i, key) {
   const p = headParts(kind, layer, head, i);
   const where = KINDS[kind].title + ", layer " + (layer + 1) + ", head " + (head + 1);
   const keyText = key == null ? "" : ", key " + (key + 1) + " (" + label(p ? p.keys[key] : "") + ")";
   $("calc-title").textContent = where + ": query " + (i + 1) + " (" + label(p ? p.query : "") + ")" + keyText;
   $("calc-explain").textContent = where + ": softmax(q\u00B7k_j / \u221Ad_k) over the keys j, " +
-    "then the weighted sum of the values v_j. Masked keys (the future) score \u2212\u221E, so exp gives 0.";
+    "then the weighted sum of the values v_j. Masked keys (the future) score \u2212\u221E, so exp gives 0." +
+    sharedKV(head);
   if (!p) return null;
   renderHeadCalc($("calc-body"), p, headCalculation(p, i));
   const row = key == null ? null : $("calc-body").querySelector('.calc-table tr[data-key="' + key + '"]');
