@@ -8,6 +8,7 @@ from pathlib import Path
 import test_caption_training_keys as caption_keys
 import test_captions as captions
 import test_frozen_features as frozen_features
+import test_heads as heads
 import test_hostile_decoding as decoding
 import test_hostile_jsonl as jsonl
 import test_hostile_languages as languages
@@ -34,6 +35,7 @@ TRAINING_EXTRA = 2  # the two tests of test_hostile_training.py beside its table
 HF_EXTRA = 3  # tests/hf/test_hostile.py: several end tokens (beams 1 and 4), the hub cache's links
 SIZE_LIMIT = 1  # test_hostile_traces.py's file over the size limit, beside its table
 CAPTION_EXTRA = 4  # test_caption_upload.py: 2 pictures under a memory cap, one decode, a jam
+HEADS_EXTRA = 1  # test_heads.py: an RNN given to `heedful heads`, refused by name
 
 
 def documented() -> dict[str, int]:
@@ -80,6 +82,10 @@ def test_the_documented_counts_are_the_tables():
         + len(lt_hostile.BODY_ROWS)
         + len(lt_hostile.DOWNLOAD_ROWS)
         + lt_hostile.EXTRA,
+        "`tests/test_heads.py` (`HOSTILE_SPECS`": len(heads.HOSTILE_SPECS)
+        + len(heads.HOSTILE_HEADS)
+        + len(heads.HOSTILE_FILES)
+        + HEADS_EXTRA,
     }
     for start, n in expected.items():
         [row] = [name for name in counts if name.startswith(start)]

@@ -14,6 +14,7 @@ from heedful import __version__
 from heedful.cli.caption import caption
 from heedful.cli.errors import Heedful
 from heedful.cli.evaluate import evaluate
+from heedful.cli.heads import heads
 from heedful.cli.models import average, demo, export, train
 from heedful.cli.prepare import prepare
 from heedful.cli.recipes import init, recipes
@@ -57,5 +58,6 @@ for _command in (
     *(translate, evaluate, serve),  # translate.py, evaluate.py, serve.py: run a model on text
     caption,  # caption.py: run an image model on pictures
     *(attention, explain, positional, curves),  # see.py: draw what a model does
+    heads,  # heads.py: mask each head, measure what it was worth
 ):
     main.add_command(_command)
