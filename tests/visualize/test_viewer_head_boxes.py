@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from .test_html import assert_no_console_errors, chromium, open_page, part, synthetic_trace
+from .test_viewer_views import hover_matrix_row
 
 __all__ = ["chromium"]  # the browser fixture
 
@@ -52,21 +53,11 @@ def test_a_hovered_token_shows_each_heads_weight_as_a_box(chromium, tmp_path, si
 def test_a_row_hovered_in_the_matrix_says_it_filters_the_head_view(chromium, tmp_path):
     """Issue 28, item 7: the hovered matrix row keeps filtering the head view after the mouse
     left the matrix; a notice says so and gives back every line."""
-    from selenium.webdriver.common.action_chains import ActionChains
-
     trace = synthetic_trace(src_len=9, tgt_len=8, heads=4)
     hyp = trace["hypotheses"][0]
     driver = open_page(chromium, tmp_path, trace, "head-filter")
-    canvas = driver.find_element(*part("matrix-canvas"))
-    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
-    left, top, cell, w, h = driver.execute_script(
-        "const c = arguments[0], g = c._grid;"
-        "return [g.left, g.top, g.cell, c.clientWidth, c.clientHeight];",
-        canvas,
-    )
     row = 3
-    x, y = left + cell / 2 - w / 2, top + row * cell + cell / 2 - h / 2
-    ActionChains(driver).move_to_element_with_offset(canvas, int(x), int(y)).perform()
+    hover_matrix_row(driver, row)
     driver.execute_script("window.heedfulViewer.showTab('heads')")
     notice = driver.find_element(*part("hv-filter"))
     assert notice.is_displayed()

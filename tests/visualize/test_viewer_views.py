@@ -204,12 +204,10 @@ def test_model_view_thumbnails_open_their_layer_and_head(chromium, tmp_path):
     assert_no_console_errors(driver)
 
 
-def test_hovering_a_matrix_row_picks_that_step_in_the_replay_and_head_view(chromium, tmp_path):
+def hover_matrix_row(driver, row: int) -> None:
+    """Move the mouse over the first cell of the alignment matrix's row `row`."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    trace = synthetic_trace(src_len=9, tgt_len=8, heads=4)
-    hyp = trace["hypotheses"][0]
-    driver = open_page(chromium, tmp_path, trace, "link")
     canvas = driver.find_element(*part("matrix-canvas"))
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
     left, top, cell, w, h = driver.execute_script(
@@ -217,9 +215,16 @@ def test_hovering_a_matrix_row_picks_that_step_in_the_replay_and_head_view(chrom
         "return [g.left, g.top, g.cell, c.clientWidth, c.clientHeight];",
         canvas,
     )
-    row = 3
     x, y = left + cell / 2 - w / 2, top + row * cell + cell / 2 - h / 2
     ActionChains(driver).move_to_element_with_offset(canvas, int(x), int(y)).perform()
+
+
+def test_hovering_a_matrix_row_picks_that_step_in_the_replay_and_head_view(chromium, tmp_path):
+    trace = synthetic_trace(src_len=9, tgt_len=8, heads=4)
+    hyp = trace["hypotheses"][0]
+    driver = open_page(chromium, tmp_path, trace, "link")
+    row = 3
+    hover_matrix_row(driver, row)
     show = "window.heedfulViewer.showTab(arguments[0])"  # no mouse path across the matrix
     driver.execute_script(show, "replay")
     assert driver.find_element(*part("current-step")).text.startswith(f"Step {row + 1} of 8")
