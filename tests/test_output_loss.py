@@ -147,10 +147,18 @@ def test_training_through_the_sliced_loss_follows_the_plain_one(monkeypatch, mod
         model = build_model(model_config, 12, 12)
         train(model, pairs, replace(config), progress=False)
         models.append(model.state_dict())
+    # Per tensor, the two runs' difference against how far training moved it. Not element by
+    # element: Adam divides each update by √v, so an element whose gradient is round-off
+    # (a ReLU unit that is nearly dead) can take a different step of up to lr in either run;
+    # that happened on an AVX2 EPYC after the Multi30k test had run in the same process (its
+    # allocations change which kernels' round-off the next runs get): 1 element of 512 off by
+    # 2.5e-4. A wrong sliced loss moves whole tensors, far beyond 1e-3 of their movement.
+    torch.manual_seed(0)
+    initial = build_model(model_config, 12, 12).state_dict()
     moved = 0.0
     for name, value in models[0].items():
-        torch.testing.assert_close(value, models[1][name], rtol=1e-4, atol=1e-5)
-        moved = max(
-            moved, (value - build_model(model_config, 12, 12).state_dict()[name]).abs().max()
-        )
+        movement = (value - initial[name]).double().norm()
+        difference = (value - models[1][name]).double().norm()
+        assert difference <= 1e-3 * movement + 1e-6, (name, float(difference), float(movement))
+        moved = max(moved, float((value - initial[name]).abs().max()))
     assert moved > 1e-3  # the weights did move: the comparison is not of two untrained models
