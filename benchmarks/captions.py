@@ -1,4 +1,4 @@
-"""The captions task (data/scenes.py) learned by the demo's three image models, side by side.
+"""The captions task (tasks/scenes.py) learned by the demo's three image models, side by side.
 
     python benchmarks/captions.py                     # 150 s of training each, as the demo
     python benchmarks/captions.py --steps 1500        # equal steps instead of equal time
@@ -37,7 +37,7 @@ MODELS = ("cnn-rnn-bahdanau", "cnn-transformer", "vit-transformer")
 
 
 def run(name: str, steps: int | None, seconds: float | None, work: Path) -> dict:
-    from heedful.demo_captions import run_caption_demo
+    from heedful.demo.captions import run_caption_demo
 
     load_before, cpu_before = os.getloadavg()[0], time.process_time()
     result = run_caption_demo(

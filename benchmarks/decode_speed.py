@@ -56,7 +56,7 @@ def worker(way: str, model: Path, sentences: int, threads: int) -> None:
     one JSON line each on stdout."""
     import torch
 
-    from heedful.runtime import load_translator
+    from heedful.inference.runtime import load_translator
 
     torch.set_num_threads(threads)
     sources = (CORPUS / "test2016.en").read_text(encoding="utf-8").splitlines()[:sentences]

@@ -28,12 +28,12 @@ import torch
 
 from heedful.config import ModelConfig, TrainConfig
 from heedful.data.batching import InMemoryPairs, collate
-from heedful.data.tasks import generate_dates
 from heedful.data.tokenizers import CharTokenizer
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.training import sequence_loss, train
-from heedful.training_state import make_optimizer, restore_rng, rng_state
-from heedful.translator import Translator
+from heedful.tasks.dates import generate_dates
+from heedful.training.loop import sequence_loss, train
+from heedful.training.state import make_optimizer, restore_rng, rng_state
 
 MODEL = ModelConfig(d_model=256, num_heads=4, encoder_layers=3, decoder_layers=3, d_ff=1024,
                     dropout=0.0, norm="pre", tie_embeddings=True)  # fmt: skip

@@ -32,8 +32,8 @@ from safetensors.torch import load_file
 
 from heedful.config import Config, DataConfig, ModelConfig, TrainConfig
 from heedful.data.prepare import prepare
-from heedful.data.tasks import generate_dates
-from heedful.experiment import train_from_config
+from heedful.tasks.dates import generate_dates
+from heedful.training.experiment import train_from_config
 
 MODEL = ModelConfig(d_model=256, num_heads=4, encoder_layers=3, decoder_layers=3, d_ff=1024,
                     dropout=0.0, norm="pre", tie_embeddings=True)  # fmt: skip

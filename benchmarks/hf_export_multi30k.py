@@ -58,7 +58,7 @@ def ours(model_dir: Path, sources: list[str]) -> tuple[list[list[int]], list[int
     import torch
 
     from heedful.data.tokenizers import EOS_ID
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
 
     translator = Translator.load(model_dir)
     outputs, limits = [], []

@@ -56,7 +56,7 @@ def export_round_trip(tmp: Path, device: str) -> bool:
     from hf.test_export import heedful_model_dir, texts
 
     from heedful.hf.export import export_huggingface
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
 
     model_dir = heedful_model_dir(tmp / "heedful")
     export = export_huggingface(model_dir, tmp / "marian")

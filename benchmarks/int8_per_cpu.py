@@ -57,8 +57,8 @@ def translator(way: str, model: Path):
     """The translator for one way of running the model, and the compute it ended up using."""
     import torch
 
-    from heedful.runtime import CTranslate2Translator, load_translator
-    from heedful.translator import Translator
+    from heedful.inference.runtime import CTranslate2Translator, load_translator
+    from heedful.inference.translator import Translator
 
     if way == "torch":
         return load_translator(model), "float32"
@@ -89,8 +89,8 @@ def _reopened(ctranslate2, ct2, model: Path, compute_type: str):
     """The same CTranslate2 model with another compute type (export once, to a temp dir)."""
     import tempfile
 
-    from heedful.checkpoint import CTRANSLATE2_DIR
-    from heedful.export import export_ctranslate2
+    from heedful.checkpoint.model_dir import CTRANSLATE2_DIR
+    from heedful.inference.export import export_ctranslate2
 
     tmp = Path(tempfile.mkdtemp(prefix="heedful-int8-"))
     export_ctranslate2(model, tmp / "export")

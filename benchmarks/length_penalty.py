@@ -27,7 +27,7 @@ SETS = ("val", "test2016")
 def scores(model_dir: Path, alphas: list[float], beam: int) -> dict[str, dict[str, float]]:
     """{set: {alpha: BLEU}} for one model."""
     from heedful.evaluation import corpus_scores
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
 
     translator = Translator.load(model_dir)
     found: dict[str, dict[str, float]] = {}

@@ -56,7 +56,7 @@ def run(attention: str, steps: int, window: int, beam: int, run_root: Path) -> d
     train_seconds = time.perf_counter() - start
 
     from heedful.evaluation import corpus_scores
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
 
     translator = Translator.load(run_dir / "best")
     sources = (CORPUS / "test2016.en").read_text(encoding="utf-8").splitlines()

@@ -54,7 +54,7 @@ def run_config(name: str, budget: float, beam: int, run_root: Path) -> dict:
     train_wall = time.perf_counter() - start
 
     from heedful.evaluation import bleu_by_length, corpus_scores
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
 
     translator = Translator.load(run_dir / "best")
     sources = (CORPUS / "test2016.en").read_text(encoding="utf-8").splitlines()

@@ -31,7 +31,7 @@ RUNS = {"en-de+en-fr": ("de", "fr"), "en-de": ("de",), "en-fr": ("fr",)}
 def train_run(name: str, targets: tuple[str, ...], steps: int, work: Path) -> Path:
     """Train the config with the corpora of `targets` for `steps` steps; its model directory."""
     from heedful.config import load_config, to_dict
-    from heedful.experiment import train_from_config
+    from heedful.training.experiment import train_from_config
 
     full = to_dict(load_config(CONFIG))["data"]["corpora"]
     corpora = [c for c in full if c["target"] in targets]
@@ -49,7 +49,7 @@ def train_run(name: str, targets: tuple[str, ...], steps: int, work: Path) -> Pa
 def score(model_dir: Path, target: str, beams: int) -> dict:
     from heedful.data.corpus import read_parallel
     from heedful.evaluation import corpus_scores
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
 
     pairs = read_parallel(CORPUS / "test2016.en", CORPUS / f"test2016.{target}", "src", "ref")
     translator = Translator.load(model_dir)

@@ -47,7 +47,7 @@ LABELS = ("collate", "forward", "loss", "backward", "clip", "optimizer")
 
 
 class Trainer:
-    """One model and its optimizer, stepping as heedful.training does (without its logging)."""
+    """One model and its optimizer, stepping as heedful.training.loop does (without its logging)."""
 
     def __init__(self, model, tensors, optimizer_options: dict | None = None):
         """optimizer_options: None for heedful's own optimizer (make_optimizer), else Adam's
@@ -55,7 +55,7 @@ class Trainer:
         import torch
 
         from heedful.config import TrainConfig
-        from heedful.training_state import make_optimizer, parameter_groups
+        from heedful.training.state import make_optimizer, parameter_groups
 
         self.model, self.tensors, self.config = model, tensors, TrainConfig()
         self.optimizer = make_optimizer(model, self.config)
@@ -68,7 +68,7 @@ class Trainer:
         from torch import nn
         from torch.profiler import record_function
 
-        from heedful.training import sequence_loss
+        from heedful.training.loop import sequence_loss
 
         with record_function("collate"):
             src, tgt_in, tgt_out = self.tensors(batch)
@@ -167,7 +167,7 @@ def separate_qkv_in_training(on: bool) -> None:
     before stacked.py (K and V first, then Q)."""
     import torch
 
-    from heedful.attention import MultiHeadAttention
+    from heedful.layers.attention import MultiHeadAttention
 
     original = MultiHeadAttention.__dict__.get("_original_project_qkv")
     if original is None:

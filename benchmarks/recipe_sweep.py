@@ -66,7 +66,7 @@ def checkpoints(run_dir: Path) -> dict[str, Path]:
 def score(model_dir: Path, beam: int) -> dict:
     """Beam search on each set: BLEU, and test2016's decoding rate (loading excluded)."""
     from heedful.evaluation import corpus_scores
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
 
     translator = Translator.load(model_dir)
     result = {"checkpoint": model_dir.name}

@@ -50,7 +50,7 @@ def measure(threads: int) -> dict:
     import torch
 
     from heedful.cpu import set_threads
-    from heedful.training import sequence_loss
+    from heedful.training.loop import sequence_loss
 
     set_threads(threads)
     model, batches, tensors = multi30k_transformer(CORPUS)

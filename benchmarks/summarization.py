@@ -3,7 +3,7 @@
     python benchmarks/summarization.py      # about a minute on two cores
 
 Trains configs/summarization/headlines-pointer.yaml and headlines-attention.yaml, shrunk to
-train in seconds (SMALL), on 1,200 generated pairs (heedful.data.headlines), scores 300 unseen
+train in seconds (SMALL), on 1,200 generated pairs (heedful.tasks.headlines), scores 300 unseen
 ones with `heedful evaluate --jsonl ... --metric rouge`, and writes the table into
 docs/benchmarks.md. It is a check of the recipe and the copy mechanism, not a summarization
 result: no public corpus (Gigaword, CNN/DailyMail) is available offline here.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from report import machine, write_section  # benchmarks/report.py
 
-from heedful.data.headlines import generate_headlines, write_jsonl
+from heedful.tasks.headlines import generate_headlines, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = Path("benchmarks/work/summarization")  # relative to ROOT, where the commands run
@@ -71,7 +71,7 @@ def main() -> None:
         "Multi30k only), so there is no Gigaword or CNN/DailyMail number yet. This checks the "
         "recipe and the copy mechanism instead: `configs/summarization/` shrunk (`SMALL` in "
         "`benchmarks/summarization.py`) and trained for 220 steps on 1,200 generated "
-        "first-sentence/headline pairs (`heedful.data.headlines`, whose names are random "
+        "first-sentence/headline pairs (`heedful.tasks.headlines`, whose names are random "
         "syllables, mostly unseen), greedy search on 300 unseen pairs.",
         "",
         "| recipe | train s | ROUGE-1 | ROUGE-2 | ROUGE-L | BLEU |",

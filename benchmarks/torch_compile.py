@@ -29,7 +29,7 @@ BEGIN, END = "<!-- torch-compile:begin -->", "<!-- torch-compile:end -->"
 def measure(mode: str) -> dict:
     import torch
 
-    from heedful.training import sequence_loss
+    from heedful.training.loop import sequence_loss
 
     torch.set_num_threads(2)
     model, batches, tensors = multi30k_transformer(CORPUS)

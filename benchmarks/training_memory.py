@@ -45,7 +45,9 @@ CONFIGS = ("transformer", "rnn-bahdanau")
 ARMS = {
     "as shipped": "",
     "malloc default": "import heedful.cpu as c; c.reuse_freed_memory = lambda environ=None: False",
-    "logits whole": "import heedful.training as t; t.defers_output_layer = lambda model: False",
+    "logits whole": (
+        "import heedful.training.loop as t; t.defers_output_layer = lambda model: False"
+    ),
 }
 
 

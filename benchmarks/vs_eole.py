@@ -194,7 +194,7 @@ def eole_checkpoint(model_dir: Path, config: dict, out: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from heedful.positional import sinusoidal_encoding
+    from heedful.layers.positional import sinusoidal_encoding
 
     w = load_file(str(model_dir / "model.safetensors"))
     sd: dict[str, torch.Tensor] = {}

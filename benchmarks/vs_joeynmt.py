@@ -359,7 +359,7 @@ def joey_checkpoint(model_dir: Path, out: Path) -> None:
     import torch
     from safetensors.torch import load_file
 
-    from heedful.positional import sinusoidal_encoding
+    from heedful.layers.positional import sinusoidal_encoding
 
     w = load_file(str(model_dir / "model.safetensors"))
     order = torch.tensor(JOEY_TO_OURS + list(range(4, w["generator.weight"].shape[0])))
@@ -519,7 +519,7 @@ def child_translate(model_dir: Path, beam: int, runtime: str, out: Path) -> None
 
 
 def load_runtime(model_dir: Path, runtime: str):
-    from heedful.runtime import load_translator
+    from heedful.inference.runtime import load_translator
 
     engine = "ctranslate2" if runtime.startswith("ctranslate2") else "torch"
     quantize = "int8" if runtime.endswith("int8") else None

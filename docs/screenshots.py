@@ -68,7 +68,7 @@ def part(name: str) -> str:
 
 
 def shots(driver, transformer: Path, rnn: Path) -> None:
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
     from heedful.visualize.html import render_html, render_step
     from heedful.visualize.trace import build_trace
 
@@ -91,8 +91,8 @@ def image_shots(driver, model: Path, tmp: Path) -> None:
     and a patch's attention rollout (docs/img/viewer-image*.png)."""
     from PIL import Image
 
-    from heedful.captioner import Captioner
-    from heedful.data.scenes import SceneSet
+    from heedful.inference.captioner import Captioner
+    from heedful.tasks.scenes import SceneSet
     from heedful.visualize.html import render_html
     from heedful.visualize.trace_image import build_image_trace
 
@@ -112,7 +112,7 @@ def image_shots(driver, model: Path, tmp: Path) -> None:
 
 
 def main() -> None:
-    from heedful.demo_captions import DEFAULT_MODEL
+    from heedful.demo.captions import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transformer", type=Path, help="a dates Transformer model directory")

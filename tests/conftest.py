@@ -53,7 +53,7 @@ def reverse_model_dir(tmp_path_factory) -> Path:
     """A character Transformer trained for 300 steps (~4 s) to reverse words, saved as a model
     directory: it gets about nine words in ten right, so its outputs are confident, as a real
     model's are, yet not all right (BLEU has room to move either way)."""
-    from heedful.checkpoint import GenerationConfig, save_model_dir
+    from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
     from heedful.config import ModelConfig
     from heedful.data.tokenizers import CharTokenizer
 

@@ -16,7 +16,7 @@ CAPTIONS = ["a small red circle left of a blue square", "two green triangles"]
 def image_model_dir(out: Path, encoder: str = "vit", seed: int = 1) -> Path:
     """A saved image model: ViT under a Transformer decoder, or a CNN under the RNN decoder
     with Bahdanau attention (Show, Attend and Tell)."""
-    from heedful.checkpoint import save_model_dir
+    from heedful.checkpoint.model_dir import save_model_dir
     from heedful.config import GenerationConfig, ModelConfig
     from heedful.data.image_pairs import ImageSource
     from heedful.data.images import ImageTransform
@@ -61,7 +61,7 @@ def scene_files(folder: Path, count: int, seed: int, per_image: int = 2):
     a second reference). Returns (scenes, the captions file)."""
     from PIL import Image
 
-    from heedful.data.scenes import SceneSet
+    from heedful.tasks.scenes import SceneSet
 
     scenes = SceneSet(count, seed=seed)
     (folder / "images").mkdir(parents=True, exist_ok=True)

@@ -16,13 +16,13 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from heedful.attention import (
+from heedful.layers.attention import (
     MultiHeadAttention,
     causal_mask,
     padding_mask,
     scaled_dot_product_attention,
 )
-from heedful.rnn_attention import AdditiveAttention, LuongAttention
+from heedful.layers.rnn_attention import AdditiveAttention, LuongAttention
 
 B, D, H = 3, 32, 4
 MASK_KINDS = ("none", "padding", "causal", "padding&causal", "empty_row")

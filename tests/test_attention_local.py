@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from heedful.attention import padding_mask
 from heedful.config import ConfigError, ModelConfig
-from heedful.decoding import beam_search, greedy_search
+from heedful.layers.attention import padding_mask
+from heedful.layers.rnn_attention import LuongLocalAttention, local_weights
 from heedful.models.build import build_model
-from heedful.rnn_attention import LuongLocalAttention, local_weights
+from heedful.search.decoding import beam_search, greedy_search
 
 BOS, EOS = 1, 2
 

@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 from image_models import scene_files
 
-from heedful.checkpoint import CheckpointError, load_model_dir
+from heedful.checkpoint.model_dir import CheckpointError, load_model_dir
 from heedful.cli import main
 from heedful.config import ConfigError, load_config
-from heedful.experiment import train_from_config
+from heedful.training.experiment import train_from_config
 
 IMAGE_MODEL = ["model.arch=rnn", "model.encoder=cnn", "model.image_size=48", "model.cnn_channels=4",
                "model.cnn_blocks=3", "model.d_model=8", "model.hidden_size=16"]  # fmt: skip

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 from image_models import scene_files
 
 import heedful
-from heedful.captioner import Captioner
-from heedful.checkpoint import CheckpointError, load_model_dir
+from heedful.checkpoint.model_dir import CheckpointError, load_model_dir
 from heedful.cli import main
-from heedful.data.scenes import SceneSet
-from heedful.demo_captions import run_caption_demo
+from heedful.demo.captions import run_caption_demo
+from heedful.inference.captioner import Captioner
+from heedful.tasks.scenes import SceneSet
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_text_and_image_models_refuse_the_other_input(demo, tmp_path, pictures):
 
 
 def test_image_models_do_not_export_to_text_runtimes(demo, tmp_path):
-    from heedful.export import export_ctranslate2
+    from heedful.inference.export import export_ctranslate2
 
     with pytest.raises(CheckpointError, match="image model"):
         export_ctranslate2(demo.model_dir, tmp_path / "ct2")
@@ -106,7 +106,7 @@ def test_image_models_do_not_export_to_text_runtimes(demo, tmp_path):
 
 
 def test_the_model_directory_round_trips(demo, tmp_path, pictures):
-    from heedful.checkpoint import save_model_dir
+    from heedful.checkpoint.model_dir import save_model_dir
 
     loaded = load_model_dir(demo.model_dir)
     assert loaded.src_tokenizer.kind == "image" and loaded.src_tokenizer.transform.size == 48
@@ -208,7 +208,7 @@ def test_hostile_image_model_directories(case, demo, tmp_path, pictures):
 def test_heedful_train_on_image_files_resumes_where_it_stopped(tmp_path):
     """Four steps, then two more on resume, give the weights six uninterrupted steps give."""
     from heedful.config import load_config
-    from heedful.experiment import train_from_config
+    from heedful.training.experiment import train_from_config
 
     scene_files(tmp_path, 12, seed=1)
     scene_files(tmp_path, 4, seed=2)
@@ -247,8 +247,8 @@ generation: {{num_beams: 1, max_len_ratio: 0.0, max_len_offset: 20}}
 def test_heedful_train_names_what_an_image_run_lacks(tmp_path):
     from heedful.cli.errors import is_users_mistake
     from heedful.config import ConfigError, load_config
-    from heedful.experiment import train_from_config
     from heedful.models.vision import VisionError
+    from heedful.training.experiment import train_from_config
 
     config = load_config(None, ["model.encoder=cnn", "model.image_size=48"])
     with pytest.raises(ConfigError, match="give data.images"):
@@ -275,7 +275,7 @@ def test_the_demo_s_batches_mix_the_kinds_of_caption():
     draws of scenes, with their own captions in them."""
     from heedful.data.batching import epoch_plan
     from heedful.data.image_pairs import ImagePairs
-    from heedful.demo_captions import MixedPairs
+    from heedful.demo.captions import MixedPairs
 
     scenes = SceneSet(640, seed=5)
     ids = [[4 + len(c)] * len(c.split()) for c in scenes.captions]  # a word per token
@@ -297,7 +297,7 @@ def test_the_demo_s_batches_mix_the_kinds_of_caption():
 def test_the_default_model_s_directory_round_trips(tmp_path, pictures):
     """The demo's default: a CNN with coordinate channels and an encoder layer over its cells;
     its directory keeps both (config.json's cnn_coords and cnn_layers, the layer's weights)."""
-    from heedful.demo_captions import CAPTION_MODELS, DEFAULT_MODEL
+    from heedful.demo.captions import CAPTION_MODELS, DEFAULT_MODEL
 
     config = CAPTION_MODELS[DEFAULT_MODEL]
     result = run_caption_demo(

@@ -5,7 +5,7 @@ import pickle
 import pytest
 import torch
 
-from heedful.checkpoint import (
+from heedful.checkpoint.model_dir import (
     CheckpointError,
     GenerationConfig,
     average_checkpoints,

@@ -133,7 +133,7 @@ def numpy_error(*args, **kwargs):
 def test_a_bug_shows_its_traceback(monkeypatch, tmp_path, load):
     """Not one of our errors, nor a ValueError that heedful raised on purpose: Python's report,
     so that a bug shows where it happened instead of passing for the user's mistake."""
-    monkeypatch.setattr("heedful.runtime.load_translator", load)
+    monkeypatch.setattr("heedful.inference.runtime.load_translator", load)
     result = run("translate", str(tmp_path))
     assert result.exit_code == 1 and "Error:" not in result.output
     assert isinstance(result.exception, (IndexError, TypeError, ValueError))
@@ -142,7 +142,7 @@ def test_a_bug_shows_its_traceback(monkeypatch, tmp_path, load):
 
 def test_which_errors_count_as_the_users_mistake():
     from heedful.cpu import set_threads
-    from heedful.data.tasks import dates_task
+    from heedful.tasks.dates import dates_task
 
     def caught(call) -> Exception:
         try:
@@ -163,9 +163,9 @@ def test_which_errors_count_as_the_users_mistake():
 
 
 THREADED = {
-    "demo": ("heedful.demo.run_demo", []),
-    "translate": ("heedful.runtime.load_translator", ["m"]),
-    "evaluate": ("heedful.runtime.load_translator", ["m", "--src", "s", "--ref", "r"]),
+    "demo": ("heedful.demo.run.run_demo", []),
+    "translate": ("heedful.inference.runtime.load_translator", ["m"]),
+    "evaluate": ("heedful.inference.runtime.load_translator", ["m", "--src", "s", "--ref", "r"]),
     "serve": ("heedful.server.serve", ["m"]),
 }
 
@@ -184,7 +184,8 @@ def test_threads_are_set_before_the_work_starts(monkeypatch, name):
 def test_train_threads_is_the_config_key(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(
-        "heedful.experiment.train_from_config", lambda config, *a, **k: seen.update(c=config)
+        "heedful.training.experiment.train_from_config",
+        lambda config, *a, **k: seen.update(c=config),
     )
     config = tmp_path / "tiny.yaml"
     config.write_text("{}\n")
@@ -212,7 +213,7 @@ def test_n_best_widens_the_beam(tmp_path, reverse_model_dir):
 @pytest.fixture
 def rnn_model_dir(tmp_path):
     """An untrained Bahdanau RNN over the letters a-j, saved as a model directory."""
-    from heedful.checkpoint import save_model_dir
+    from heedful.checkpoint.model_dir import save_model_dir
     from heedful.config import ModelConfig
     from heedful.data.tokenizers import CharTokenizer
     from heedful.models.build import build_model
@@ -224,7 +225,7 @@ def rnn_model_dir(tmp_path):
 
 
 def _no_translating(monkeypatch):
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
 
     def search(*args, **kwargs):
         raise AssertionError("translated before refusing")

@@ -34,13 +34,13 @@ def test_serve_without_the_serve_extra_names_it(module, monkeypatch, tmp_path):
 def test_any_command_names_the_extra_of_a_library_it_misses(monkeypatch, tmp_path):
     """The net under every command (cli/errors.py): a missing optional library that no check
     of its own caught still gets the extra's name."""
-    import heedful.checkpoint
+    import heedful.checkpoint.model_dir
 
     def needs_tensorboard(*args, **kwargs):
         import tensorboard  # noqa: F401
 
     monkeypatch.setitem(sys.modules, "tensorboard", None)
-    monkeypatch.setattr(heedful.checkpoint, "average_checkpoints", needs_tensorboard)
+    monkeypatch.setattr(heedful.checkpoint.model_dir, "average_checkpoints", needs_tensorboard)
     result = CliRunner().invoke(main, ["average", "a", "b", "-o", str(tmp_path / "out")])
     line = _one_line_error(result)
     assert "heedful average needs tensorboard" in line, line
@@ -51,12 +51,12 @@ def test_any_command_names_the_extra_of_a_library_it_misses(monkeypatch, tmp_pat
     "module, extra", [("transformers", "hf"), ("ctranslate2", "fast"), ("torchvision", "vision")]
 )
 def test_each_optional_library_has_its_extra(module, extra, monkeypatch, tmp_path):
-    import heedful.checkpoint
+    import heedful.checkpoint.model_dir
 
     def needs(*args, **kwargs):
         __import__(module)
 
     monkeypatch.setitem(sys.modules, module, None)
-    monkeypatch.setattr(heedful.checkpoint, "average_checkpoints", needs)
+    monkeypatch.setattr(heedful.checkpoint.model_dir, "average_checkpoints", needs)
     result = CliRunner().invoke(main, ["average", "a", "b", "-o", str(tmp_path / "out")])
     assert f"pip install 'heedful[{extra}]'" in _one_line_error(result)

@@ -108,7 +108,7 @@ def test_max_output_length_matches_the_batched_limit():
     import torch
 
     from heedful.config import GenerationConfig
-    from heedful.decoding import max_output_lengths
+    from heedful.search.decoding import max_output_lengths
 
     for ratio, offset in [(1.5, 10), (0.3, 0), (1.1, 3), (0.0, 7), (2.7, 1)]:
         g = GenerationConfig(max_len_ratio=ratio, max_len_offset=offset)

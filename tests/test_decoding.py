@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from heedful.config import ModelConfig
-from heedful.decoding import beam_search, gnmt_length_penalty, greedy_search
 from heedful.models.build import build_model
+from heedful.search.decoding import beam_search, gnmt_length_penalty, greedy_search
 
 BOS, EOS = 1, 2
 

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from heedful.cli import main
-from heedful.demo import DEMO_TRAIN, run_demo, undertrained_warning
+from heedful.demo.run import DEMO_TRAIN, run_demo, undertrained_warning
 
 TINY = dict(train_size=300, test_size=50, progress=False)
 
@@ -66,7 +66,7 @@ def test_stopping_by_max_time_warns_and_labels_the_heatmap(tmp_path, monkeypatch
     """A busy machine: the time budget ends training after a step, at ~0% exact match."""
     titles = []
     monkeypatch.setattr(
-        "heedful.demo.plot_alignment", lambda *a: titles.append(a[-1]) or tmp_path / "a.png"
+        "heedful.demo.run.plot_alignment", lambda *a: titles.append(a[-1]) or tmp_path / "a.png"
     )
     lines = []
     result = run_demo("transformer", tmp_path, max_time=1e-3, echo=lines.append, **TINY)

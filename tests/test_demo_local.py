@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from heedful.cli import main
-from heedful.demo import DEMO_MODELS, run_demo
+from heedful.demo.run import DEMO_MODELS, run_demo
 
 
 @pytest.mark.parametrize("model_name", ["rnn-luong-local-m", "rnn-luong-local-p"])

@@ -13,13 +13,13 @@ import torch
 from click.testing import CliRunner
 from server.helpers import client, error, ok
 
-from heedful.captioner import Captioner
-from heedful.checkpoint import save_model_dir
+from heedful.checkpoint.model_dir import save_model_dir
 from heedful.cli import main
 from heedful.config import GenerationConfig, SearchSettings, load_config
-from heedful.configsearch import call_settings
+from heedful.config.search import call_settings
 from heedful.data.tokenizers import CharTokenizer
-from heedful.engine import (
+from heedful.inference.captioner import Captioner
+from heedful.inference.engine import (
     CLI,
     HTTP,
     PYTHON,
@@ -29,9 +29,9 @@ from heedful.engine import (
     active,
     check_supported,
 )
+from heedful.inference.runtime import CTranslate2Translator, load_translator
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.runtime import CTranslate2Translator, load_translator
-from heedful.translator import Translator
 from heedful.visualize.trace import build_trace
 
 MODEL = Path(__file__).resolve().parent / "golden" / "models" / "transformer"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from heedful.data.tasks import generate_dates
+from heedful.tasks.dates import generate_dates
 
 CONFIG = """\
 data:

@@ -22,15 +22,15 @@ import torch
 from click.testing import CliRunner
 from margins import clear_beam_disagreements, clear_disagreements
 
-from heedful.checkpoint import CheckpointError, GenerationConfig, save_model_dir
+from heedful.checkpoint.model_dir import CheckpointError, GenerationConfig, save_model_dir
 from heedful.cli import main
 from heedful.config import ModelConfig
 from heedful.cpu import Int8Fallback, int8_support
 from heedful.data.tokenizers import EOS, EOS_ID, CharTokenizer
-from heedful.export import export_ctranslate2, vocabulary
+from heedful.inference.export import export_ctranslate2, vocabulary
+from heedful.inference.runtime import CTranslate2Translator, load_translator
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.runtime import CTranslate2Translator, load_translator
-from heedful.translator import Translator
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 NEAR_TIE = 1e-3  # nats: float32 rounding differences between engines are about 1e-5

@@ -9,12 +9,12 @@ import pytest
 import torch
 from test_decoding import RowCounter  # counts the rows each step decodes
 
-from heedful.attention import MultiHeadAttention
 from heedful.config import ModelConfig
-from heedful.decoding import beam_search, greedy_search
+from heedful.layers.attention import MultiHeadAttention
+from heedful.layers.stacked import stacked_weights
 from heedful.models.build import build_model
 from heedful.models.transformer import KVCache, TransformerState
-from heedful.stacked import stacked_weights
+from heedful.search.decoding import beam_search, greedy_search
 
 BOS, EOS = 1, 2
 
@@ -81,7 +81,7 @@ def test_hooks_take_the_separate_products():
 
 
 def test_int8_layers_are_not_fused():
-    from heedful.translator import quantize_int8
+    from heedful.inference.translator import quantize_int8
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0), 20, 15)
@@ -212,7 +212,7 @@ def test_a_search_after_a_fused_optimizer_step_sees_the_new_weights(arch):
     their versions, so a stacked copy kept from an earlier search (validation) would be stale;
     each search must compute with the weights as they are when it starts."""
     from heedful.config import TrainConfig
-    from heedful.training_state import make_optimizer
+    from heedful.training.state import make_optimizer
 
     torch.manual_seed(0)
     if arch == "vit":  # a ViT's encoder layers stack their Q, K, V too

@@ -13,11 +13,9 @@ from image_models import scene_files
 from safetensors import safe_open
 from torch import nn
 
-from heedful.captions_experiment import _model, _read, make_caption_validator
-from heedful.checkpoint import load_model_dir
+from heedful.checkpoint.model_dir import load_model_dir
 from heedful.config import ConfigError, load_config
 from heedful.data.images import ImageTransform
-from heedful.experiment import train_from_config
 from heedful.models.frozen import (
     Trunk,
     cells_to_map,
@@ -27,6 +25,8 @@ from heedful.models.frozen import (
     trunk_of,
 )
 from heedful.models.vision import BackboneEncoder, CNNEncoder, ViTEncoder
+from heedful.training.captions_task import _model, _read, make_caption_validator
+from heedful.training.experiment import train_from_config
 
 STEPS = 6
 MODEL = {  # the CNN with coordinate channels and encoder layers: every part after the trunk
@@ -226,9 +226,9 @@ def test_a_damaged_entry_is_rebuilt_and_training_does_not_change(data, tmp_path)
 
 
 def test_a_cached_run_s_model_directory_captions_pictures(data, tmp_path):
-    from heedful.captioner import Captioner
     from heedful.data.features import cached_features
-    from heedful.translator import Translator
+    from heedful.inference.captioner import Captioner
+    from heedful.inference.translator import Translator
 
     config = _config(data, "rnn", f"data.feature_cache={tmp_path / 'cache'}")
     _train(config, tmp_path / "run")
@@ -305,7 +305,7 @@ def test_hostile_feature_cache_settings(case, data, tmp_path):
 
 
 def test_a_read_only_cache_folder_is_refused(data, tmp_path, monkeypatch):
-    import heedful.captions_experiment as experiment
+    import heedful.training.captions_task as experiment
 
     # os.access as a user without write permission answers it (root may write anywhere)
     monkeypatch.setattr(experiment.os, "access", lambda path, mode: False)

@@ -17,12 +17,12 @@ import torch
 from conftest import LETTERS, reverse_pairs, train_reverse
 from test_attention import make_mask, ref_mha, rel_err, tril_mask
 
-from heedful.attention import MultiHeadAttention
-from heedful.checkpoint import GenerationConfig, save_model_dir
+from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
 from heedful.config import ConfigError, ModelConfig, load_config
 from heedful.data.tokenizers import CharTokenizer
+from heedful.inference.translator import Translator
+from heedful.layers.attention import MultiHeadAttention
 from heedful.models.build import build_model
-from heedful.translator import Translator
 from heedful.visualize.explain import explain
 from heedful.visualize.trace import build_trace
 

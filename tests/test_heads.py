@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 
 from heedful.cli import main
-from heedful.heads import (
+from heedful.inference.heads import (
     Head,
     HeadError,
     check_heads,
@@ -23,7 +23,7 @@ from heedful.heads import (
     parse_heads,
     reference_loss,
 )
-from heedful.translator import Translator
+from heedful.inference.translator import Translator
 
 GOLDEN = Path(__file__).parent / "golden" / "models"
 SOURCES = ["abcd", "hgfe", "abca", "cab", "bad", "fedcba"]

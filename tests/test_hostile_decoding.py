@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from heedful.cli import main
 from heedful.config import ConfigError
 from heedful.data.tokenizers import CharTokenizer, SentencePieceTokenizer
+from heedful.inference.translator import Translator, VocabularyMismatch, ensemble, load_ensemble
 from heedful.models.ensemble import Ensemble
-from heedful.prefix import PrefixError
-from heedful.translator import Translator, VocabularyMismatch, ensemble, load_ensemble
+from heedful.search.prefix import PrefixError
 from heedful.visualize.trace import build_trace
 
 MODELS = Path(__file__).resolve().parent / "golden" / "models"

@@ -16,13 +16,13 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from heedful.checkpoint import save_model_dir
+from heedful.checkpoint.model_dir import save_model_dir
 from heedful.cli import main
 from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.languages import LanguageError
 from heedful.data.tokenizers import CharTokenizer, SentencePieceTokenizer
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.translator import Translator
 
 WORDS = ["abc", "bca", "cab", "acb", "bac", "cba"]
 VALID = ("valid_src", "valid_tgt")

@@ -27,13 +27,13 @@ from memory import memory_cap
 from safetensors.torch import load_file, save_file
 
 import heedful
-from heedful.checkpoint import CheckpointError, average_checkpoints, save_model_dir
+from heedful.checkpoint.model_dir import CheckpointError, average_checkpoints, save_model_dir
 from heedful.cli import main
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import CharTokenizer
-from heedful.export import export_ctranslate2, import_ctranslate2
+from heedful.inference.export import export_ctranslate2, import_ctranslate2
+from heedful.inference.runtime import load_translator
 from heedful.models.build import build_model
-from heedful.runtime import load_translator
 
 import_ctranslate2()  # its libraries mapped before any memory cap below, not inside one
 

@@ -27,10 +27,10 @@ import yaml
 from click.testing import CliRunner
 from test_hostile_training import make_env
 
-from heedful.checkpoint import average_checkpoints, load_model_dir
+from heedful.checkpoint.model_dir import average_checkpoints, load_model_dir
 from heedful.cli import main
-from heedful.export import export_ctranslate2, import_ctranslate2
 from heedful.hf.export import MARKER
+from heedful.inference.export import export_ctranslate2, import_ctranslate2
 from heedful.output_dirs import OutputError
 
 import_ctranslate2()  # the fast and hf extras are test dependencies: no row is skipped

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from heedful.cli import main
-from heedful.data.tasks import generate_dates
+from heedful.tasks.dates import generate_dates
 
 CONFIG = """\
 data:
@@ -155,7 +155,7 @@ def stale_lock(env: Env) -> None:
 
 def nan_loss_from_step(step: int):
     def before(env: Env, monkeypatch) -> None:
-        import heedful.training
+        import heedful.training.loop
 
         calls = []
 
@@ -169,7 +169,9 @@ def nan_loss_from_step(step: int):
 
         # the training loss: whole logits (sequence_loss) or the Transformer's sliced one
         for name in ("sequence_loss", "output_layer_loss"):
-            monkeypatch.setattr(heedful.training, name, poison(getattr(heedful.training, name)))
+            monkeypatch.setattr(
+                heedful.training.loop, name, poison(getattr(heedful.training.loop, name))
+            )
 
     return before
 

@@ -83,40 +83,66 @@ def test_the_function_checks_can_fail():
     assert not long_js_functions("function f() {\n  return 1;\n}")
 
 
-# (module prefix, what it must never import): STYLE.md's layers
-FORBIDDEN = [
-    ("heedful.config", ("heedful.",)),  # config.py reads only its own configfile.py
-    ("heedful.configfile", ("heedful.",)),
-    ("heedful.scores", ("heedful.",)),  # a torch-free table: only its modules, to build them
-    ("heedful.attention", ("heedful.config", "heedful.models", "heedful.data")),
-    ("heedful.rnn_attention", ("heedful.config", "heedful.models", "heedful.data")),
-    ("heedful.models", ("heedful.data", "heedful.training", "heedful.experiment")),
-    ("heedful.data", ("heedful.models", "heedful.training", "heedful.decoding")),
-    ("heedful.decoding", ("heedful.training", "heedful.translator", "heedful.visualize")),
-    ("heedful.captioner", ("heedful.training", "heedful.experiment", "heedful.visualize")),
-    ("heedful.server", ("heedful.training", "heedful.experiment", "heedful.cli")),
-    ("heedful.visualize", ("heedful.training", "heedful.server", "heedful.cli")),
-    ("heedful", ("heedful.cli",)),  # nothing imports the CLI
+# The stages, in the order a newcomer reads them (README, "Reading the code"): a module imports
+# only from its own stage and the stages above it in this list. The first four are plain
+# helpers of every stage (files, JSON, the machine, scores of outputs).
+STAGES = [
+    "heedful.io",
+    "heedful.safejson",
+    "heedful.output_dirs",
+    "heedful.cpu",
+    "heedful.logs",
+    "heedful.evaluation",
+    "heedful.config",
+    "heedful.layers",
+    "heedful.models",
+    "heedful.data",
+    "heedful.tasks",
+    "heedful.checkpoint",
+    "heedful.search",
+    "heedful.hf",
+    "heedful.inference",
+    "heedful.visualize",
+    "heedful.training",
+    "heedful.server",
+    "heedful.demo",
+    "heedful.recipes",
+    "heedful.cli",
+    "heedful.__main__",
+    "heedful",
 ]
-# What a layer may import of what FORBIDDEN denies it: config.py checks model.attention against
-# the score table, which imports no heedful module at its top (nor torch), and the table builds
-# the modules it declares.
-ALLOWED = {"heedful.config": ("heedful.scores",), "heedful.scores": ("heedful.rnn_attention",)}
+# `from heedful import __version__` is no dependency: Python runs heedful/__init__.py before any
+# module of it. What a stage may import from below it, declared: config checks model.attention
+# against the score table, which imports no heedful module at its top (nor torch).
+ALLOWED = {"heedful.config": ("heedful.layers.scores",)}
+
+
+def stage_of(module: str) -> int:
+    """The index in STAGES of the longest entry that is `module` or a package above it."""
+    found = [i for i, s in enumerate(STAGES) if module == s or module.startswith(s + ".")]
+    return max(found, key=lambda i: len(STAGES[i]))
 
 
 @pytest.mark.parametrize("path", PYTHON, ids=name)
-def test_imports_point_down_the_layers(path):
+def test_imports_point_down_the_stages(path):
     module = name(path).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-    for prefix, forbidden in FORBIDDEN:
-        if module == prefix or module.startswith(prefix + "."):
-            bad = [
-                m
-                for m in imported(path)
-                if m.startswith(forbidden)
-                and not m.startswith(prefix)
-                and m not in ALLOWED.get(prefix, ())
-                and module != "heedful.cli"
-                and not module.startswith("heedful.cli.")
-                and module != "heedful.__main__"
-            ]
-            assert bad == [], f"{module} imports {bad}"
+    own = stage_of(module)
+    bad = [
+        m
+        for m in sorted(imported(path))
+        if stage_of(m) > own and m not in ALLOWED.get(STAGES[own], ()) and m != "heedful"
+    ]
+    assert bad == [], f"{module} (stage {STAGES[own]}) imports {bad} from a later stage"
+
+
+def test_every_module_has_a_stage():
+    modules = {
+        name(p).removesuffix(".py").removesuffix("/__init__").replace("/", ".") for p in PYTHON
+    }
+    loose = sorted(m for m in modules if STAGES[stage_of(m)] == "heedful" and m != "heedful")
+    assert loose == [], f"modules of no stage: add them to STAGES: {loose}"
+
+
+def test_the_stage_check_can_fail():
+    assert stage_of("heedful.models.rnn") < stage_of("heedful.training.loop")
+    assert stage_of("heedful.layers.scores") > stage_of("heedful.config")

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from heedful.cli import main
 from heedful.config import load_config
 from heedful.data.languages import LanguageError
-from heedful.experiment import train_from_config
-from heedful.translator import Translator
+from heedful.inference.translator import Translator
+from heedful.training.experiment import train_from_config
 
 # Directions of the generated task, as (language code, the output it asks for)
 DIRECTIONS = {"cpy": lambda word: word, "rev": lambda word: word[::-1]}
@@ -271,11 +271,11 @@ def test_multi30k_config_reads_both_corpora_and_trains(tmp_path, monkeypatch):
     """configs/multi30k/multilingual.yaml: both corpora read, each source after its pair's
     token, and a few training steps on batches that hold both directions. Not quality: the
     model is shrunk and the run is three steps."""
-    from heedful.checkpoint import load_model_dir
+    from heedful.checkpoint.model_dir import load_model_dir
     from heedful.data.batching import InMemoryPairs
     from heedful.data.corpus import filter_pairs
     from heedful.data.stream import BatchStream
-    from heedful.experiment import read_split
+    from heedful.training.experiment import read_split
 
     if not MULTI30K.is_dir():
         pytest.skip(f"{MULTI30K} not present")

@@ -10,8 +10,8 @@ from torch import nn
 from heedful.config import ModelConfig, TrainConfig
 from heedful.data.batching import InMemoryPairs
 from heedful.models.build import build_model
-from heedful.output_loss import output_layer_loss
-from heedful.training import defers_output_layer, train
+from heedful.training.loop import defers_output_layer, train
+from heedful.training.output_loss import output_layer_loss
 
 
 def reference(h, layer, targets, smoothing):
@@ -142,7 +142,7 @@ def test_training_through_the_sliced_loss_follows_the_plain_one(monkeypatch, mod
     config = TrainConfig(batch_tokens=60, max_steps=6, warmup_steps=2, seed=2, lr=0.01)
     models = []
     for sliced in (True, False):
-        monkeypatch.setattr("heedful.training.defers_output_layer", lambda m, s=sliced: s)
+        monkeypatch.setattr("heedful.training.loop.defers_output_layer", lambda m, s=sliced: s)
         torch.manual_seed(0)
         model = build_model(model_config, 12, 12)
         train(model, pairs, replace(config), progress=False)

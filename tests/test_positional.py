@@ -8,7 +8,7 @@ import zlib
 import pytest
 import torch
 
-from heedful.positional import (
+from heedful.layers.positional import (
     POSITIONAL_ENCODINGS,
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,

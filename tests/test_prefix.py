@@ -10,10 +10,10 @@ import torch
 
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID
-from heedful.decoding import beam_search, greedy_search
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.prefix import prefix_tensor
-from heedful.translator import Translator
+from heedful.search.decoding import beam_search, greedy_search
+from heedful.search.prefix import prefix_tensor
 
 MODELS = Path(__file__).resolve().parent / "golden" / "models"
 

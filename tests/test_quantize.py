@@ -20,13 +20,13 @@ from margins import clear_disagreements
 from torch import nn
 from torch.ao.nn.quantized import dynamic as quantized
 
-from heedful.checkpoint import GenerationConfig, save_model_dir
+from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
 from heedful.cli import main
 from heedful.config import ModelConfig
 from heedful.data.batching import collate
 from heedful.data.tokenizers import PAD_ID, CharTokenizer
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.translator import Translator
 
 
 def linears(model: nn.Module) -> list[str]:

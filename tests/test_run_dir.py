@@ -5,14 +5,14 @@ import os
 
 import pytest
 
-from heedful.checkpoint import load_model_dir
+from heedful.checkpoint.model_dir import load_model_dir
 from heedful.config import Config, GenerationConfig, ModelConfig, TrainConfig
 from heedful.data.tokenizers import CharTokenizer
 from heedful.io import CheckpointError
 from heedful.models.build import build_model
-from heedful.run_dir import Run
-from heedful.training import Distributed
-from heedful.training_state import TrainState
+from heedful.training.loop import Distributed
+from heedful.training.run_dir import Run
+from heedful.training.state import TrainState
 
 MODEL = ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32)
 

@@ -1,5 +1,5 @@
-"""heedful.runtime: one load_translator for both engines, and the CTranslate2 engine behind
-Translator's surface (its outputs against ours are tested in test_export.py)."""
+"""heedful.inference.runtime: one load_translator for both engines, and the CTranslate2 engine
+behind Translator's surface (its outputs against ours are tested in test_export.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from heedful.runtime import CTranslate2Translator, load_translator
-from heedful.translator import Translator
+from heedful.inference.runtime import CTranslate2Translator, load_translator
+from heedful.inference.translator import Translator
 
 MODEL = Path(__file__).resolve().parent / "golden" / "models" / "transformer"
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from heedful.config import ConfigError, GenerationConfig, ModelConfig
-from heedful.decoding import sample_search
 from heedful.models.build import build_model
-from heedful.sampling import Sampling, check_sampling, sampling_log_probs
+from heedful.search.decoding import sample_search
+from heedful.search.sampling import Sampling, check_sampling, sampling_log_probs
 
 BOS, EOS = 1, 2
 VOCAB = 12

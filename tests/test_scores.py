@@ -1,6 +1,6 @@
-"""The RNN attention scores are declared once (src/heedful/scores.py): every name config accepts
-has its entry, nothing else names them, and each entry's form, recomputed in float64 from the
-parts its module gives, is the module's own score."""
+"""The RNN attention scores are declared once (src/heedful/layers/scores.py): every name config
+accepts has its entry, nothing else names them, and each entry's form, recomputed in float64 from
+the parts its module gives, is the module's own score."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from heedful.config import ModelConfig
-from heedful.demo import DEMO_MODELS
+from heedful.demo.run import DEMO_MODELS
+from heedful.layers.scores import FORMS, RNN_ATTENTIONS, SCORES
 from heedful.models.build import build_model
-from heedful.scores import FORMS, RNN_ATTENTIONS, SCORES
 from heedful.visualize.trace_check import ATTENTIONS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "heedful"

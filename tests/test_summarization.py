@@ -1,5 +1,5 @@
 """The summarization recipe (issue 15, item 5): configs/summarization/ trained on a small
-generated headline corpus in JSON Lines (heedful.data.headlines), scored with ROUGE by
+generated headline corpus in JSON Lines (heedful.tasks.headlines), scored with ROUGE by
 `heedful evaluate --metric rouge`, and the pointer-generator's p_gen in the trace, the viewer
 and `heedful explain`."""
 
@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from heedful.cli import main
-from heedful.data.headlines import HEADLINE_ONLY, generate_headlines, write_jsonl
+from heedful.tasks.headlines import HEADLINE_ONLY, generate_headlines, write_jsonl
 
 RECIPES = Path(__file__).resolve().parents[1] / "configs" / "summarization"
 

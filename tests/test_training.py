@@ -9,8 +9,8 @@ from heedful.config import ModelConfig, TrainConfig
 from heedful.data.batching import Batch, InMemoryPairs
 from heedful.data.stream import BatchStream
 from heedful.models.build import build_model
-from heedful.training import train
-from heedful.training_state import TrainState
+from heedful.training.loop import train
+from heedful.training.state import TrainState
 
 
 def data(n=40):
@@ -55,7 +55,7 @@ def test_max_epochs_stops_after_exactly_one_pass():
 
 
 def test_bf16_is_automatic_only_on_a_gpu():
-    from heedful.training import use_bf16
+    from heedful.training.loop import use_bf16
 
     assert use_bf16(None, "cpu") is False
     assert use_bf16(True, "cpu") is True and use_bf16(False, "cpu") is False
@@ -179,7 +179,7 @@ def test_max_time_keeps_room_for_the_final_validation(monkeypatch):
     """The budget counts validation, so a max_time run stops early by as long as its latest
     validation took: the final one then ends within the budget (fake clock: a step costs 1 s,
     a validation 10 s)."""
-    import heedful.training as training
+    import heedful.training.loop as training
 
     clock = [0.0]
 

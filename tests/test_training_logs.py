@@ -17,11 +17,11 @@ from test_training import MODEL, data
 from heedful import logs
 from heedful.config import DataConfig, TrainConfig
 from heedful.data.prepare import prepare
-from heedful.data.tasks import generate_dates
 from heedful.data.tokenizers import load_tokenizer
 from heedful.logs import Progress, RunLog
 from heedful.models.build import build_model
-from heedful.training import train
+from heedful.tasks.dates import generate_dates
+from heedful.training.loop import train
 
 STAMPED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S")
 

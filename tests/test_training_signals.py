@@ -21,10 +21,10 @@ from test_experiment import corpus, heedful, run_ok, weights, write_config
 from test_training import MODEL, data
 
 from heedful.config import TrainConfig
-from heedful.interrupts import StopSignals
 from heedful.models.build import build_model
-from heedful.training import train
-from heedful.training_state import TrainState
+from heedful.training.interrupts import StopSignals
+from heedful.training.loop import train
+from heedful.training.state import TrainState
 
 CONFIG = TrainConfig(
     batch_tokens=60, max_steps=12, eval_every=4, log_every=1, warmup_steps=3, seed=2

@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 from heedful.config import ModelConfig, TrainConfig
 from heedful.io import CheckpointError
 from heedful.models.build import build_model
-from heedful.training_state import (
+from heedful.training.state import (
     TrainProgress,
     TrainState,
     budget_used,

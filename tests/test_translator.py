@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from heedful.checkpoint import read_model_config
+from heedful.checkpoint.model_dir import read_model_config
 from heedful.config import ConfigError
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
-from heedful.translator import Translator, blank_outputs, check_quantize
+from heedful.inference.translator import Translator, blank_outputs, check_quantize
 
 MODELS = Path(__file__).resolve().parent / "golden" / "models"
 

@@ -18,11 +18,11 @@ def load(model_dir, device="cpu", quantize=None, src_lang=None, tgt_lang=None):
     languages src_lang / tgt_lang name for an mBART or M2M100/NLLB model.
 
     quantize="int8" runs its Linear layers in int8 on the CPU (Translator.load says how).
-    An image captioning model's directory gives a Captioner (heedful.captioner), whose
+    An image captioning model's directory gives a Captioner (heedful.inference.captioner), whose
     `.caption(["photo.png", pixels, ...])` returns Captions with their attention over the image.
     """
-    from heedful.captioner import Captioner, is_image_model
-    from heedful.translator import Translator
+    from heedful.inference.captioner import Captioner, is_image_model
+    from heedful.inference.translator import Translator
 
     if is_image_model(model_dir) and quantize is None:  # an image captioning model (issue 12)
         return Captioner.load(model_dir, device)  # .caption([image.png, ...])

@@ -9,8 +9,8 @@ from itertools import islice
 
 import pytest
 
-from heedful.data.dialogue import ARTICLE_PAIR, _pairs, dialogue_task, is_held_out
-from heedful.data.tasks import Task
+from heedful.tasks.dates import Task
+from heedful.tasks.dialogue import ARTICLE_PAIR, _pairs, dialogue_task, is_held_out
 
 
 def test_the_articles_pair_is_in_training_and_never_held_out():

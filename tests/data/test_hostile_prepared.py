@@ -17,7 +17,7 @@ import test_hostile_training as training
 from click.testing import CliRunner
 
 from heedful.cli import main
-from heedful.data.tasks import generate_dates
+from heedful.tasks.dates import generate_dates
 
 # the training table's config, training from a prepared directory on one thread
 CONFIG = training.CONFIG.replace("data:\n", "data:\n  prepared: {p}\n", 1) + "  threads: 1\n"

@@ -13,7 +13,7 @@ from heedful.config import ConfigError, DataConfig
 from heedful.data.corpus import iter_split, read_jsonl, read_parallel, split_files, split_source
 from heedful.data.prepare import prepare
 from heedful.data.prepared import open_prepared
-from heedful.data.tasks import generate_dates
+from heedful.tasks.dates import generate_dates
 
 
 def jsonl(pairs, src="document", tgt="summary") -> bytes:

@@ -14,8 +14,8 @@ from heedful.config import DataConfig
 from heedful.data.corpus import filter_pairs, read_parallel
 from heedful.data.prepare import prepare
 from heedful.data.prepared import MANIFEST, open_prepared
-from heedful.data.tasks import generate_dates
 from heedful.data.tokenizers import train_tokenizers
+from heedful.tasks.dates import generate_dates
 
 
 def corpus(directory: Path, n: int = 400, seed: int = 1) -> DataConfig:

@@ -1,4 +1,4 @@
-"""The generated scenes (data/scenes.py): a function of the seed, and captions that say what
+"""The generated scenes (tasks/scenes.py): a function of the seed, and captions that say what
 the pixels show."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from heedful.data.scenes import (
+from heedful.tasks.scenes import (
     BACKGROUND,
     COLOURS,
     COUNTS,
@@ -70,7 +70,7 @@ def test_captions_say_what_the_pixels_show(seed):
 
 def test_sizes_and_kinds_are_far_apart():
     """A large shape covers about four times a small one's pixels, whatever its kind."""
-    from heedful.data.scenes import Shape
+    from heedful.tasks.scenes import Shape
 
     areas = {
         (kind, size): shape_mask(Shape(kind, "red", size, 24.0, 24.0), 48).sum()

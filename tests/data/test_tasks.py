@@ -1,6 +1,6 @@
 """The dates task: deterministic, unambiguous, and every source really denotes its target.
 
-The parser below is written independently of heedful.data.tasks (its own name tables), so a
+The parser below is written independently of heedful.tasks.dates (its own name tables), so a
 wrong month name, a wrong weekday or a broken two-digit-year pivot in the generator shows up as
 a parse that disagrees with the target.
 """
@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from heedful.data.tasks import (
+from heedful.tasks.dates import (
     DATE_FORMAT_EXAMPLES,
     Task,
     dates_task,

@@ -57,7 +57,7 @@ REQUESTS = [
 def train_models() -> None:
     from conftest import LETTERS, train_reverse
 
-    from heedful.checkpoint import GenerationConfig, save_model_dir
+    from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
     from heedful.config import ModelConfig
     from heedful.data.tokenizers import CharTokenizer
 
@@ -76,7 +76,7 @@ def train_models() -> None:
 
 def traces() -> dict[str, str]:
     """name -> file text: the traces a user saves, and the viewer page of one."""
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
     from heedful.visualize.html import render_html
     from heedful.visualize.trace import build_trace
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from heedful.checkpoint import GenerationConfig, save_model_dir
+from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
 from heedful.cli import main
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import EOS_ID, SentencePieceTokenizer
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.translator import Translator
 
 from .builders import TEXTS
 

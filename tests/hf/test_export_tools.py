@@ -21,12 +21,12 @@ import pytest
 import torch
 
 import heedful
-from heedful.checkpoint import GenerationConfig, save_model_dir
+from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import EOS_ID, CharTokenizer, SentencePieceTokenizer
 from heedful.hf.export import export_huggingface
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.translator import Translator
 
 from .builders import TEXTS
 

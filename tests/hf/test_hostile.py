@@ -198,7 +198,7 @@ def heedful_model(**options):
 
 
 def learned_positions(tmp_path, hf_dirs):
-    from heedful.checkpoint import save_model_dir
+    from heedful.checkpoint.model_dir import save_model_dir
     from heedful.config import ModelConfig
     from heedful.data.tokenizers import CharTokenizer
     from heedful.models.build import build_model
@@ -212,7 +212,7 @@ def learned_positions(tmp_path, hf_dirs):
 
 
 def bpe_model(tmp_path, hf_dirs):
-    from heedful.checkpoint import save_model_dir
+    from heedful.checkpoint.model_dir import save_model_dir
     from heedful.config import ModelConfig
     from heedful.data.tokenizers import SentencePieceTokenizer
     from heedful.models.build import build_model

@@ -145,7 +145,7 @@ def test_a_setup_that_cannot_copy_is_named():
 
 def test_a_model_directory_whose_sides_differ_is_refused(tmp_path):
     """Hand-edited: two tokenizers of one size but other tokens would copy wrong words."""
-    from heedful.checkpoint import CheckpointError, load_model_dir, save_model_dir
+    from heedful.checkpoint.model_dir import CheckpointError, load_model_dir, save_model_dir
     from heedful.data.tokenizers import CharTokenizer
 
     config = ModelConfig(arch="rnn", d_model=8, hidden_size=8, copy=True)

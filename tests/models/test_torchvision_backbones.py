@@ -171,9 +171,9 @@ def image_encoder(model: nn.Module) -> nn.Module:
 def _experiment_model(tmp_path, arch, overrides):
     """The model `heedful train` starts from (captions_experiment._model): built with the
     run's seed, then the backbone's weights from model.encoder_weights when given."""
-    from heedful.captions_experiment import _model
     from heedful.config import load_config
     from heedful.data.images import ImageTransform
+    from heedful.training.captions_task import _model
 
     config = load_config(
         None, [*ARCHS[arch], "model.image_size=64", "data.tokenizer=char", *overrides]
@@ -305,10 +305,10 @@ def test_a_caption_model_on_resnet18_trains_reloads_captions_and_resumes(tmp_pat
     uninterrupted steps give; the model directory reloads as a Captioner that captions a
     picture over resnet18's 2 × 2 grid of a 64-pixel image."""
     import heedful
-    from heedful.captioner import Captioner
-    from heedful.checkpoint import load_model_dir
+    from heedful.checkpoint.model_dir import load_model_dir
     from heedful.config import load_config
-    from heedful.experiment import train_from_config
+    from heedful.inference.captioner import Captioner
+    from heedful.training.experiment import train_from_config
 
     scene_files(tmp_path, 8, seed=1)
     scenes, _ = scene_files(tmp_path, 2, seed=2)

@@ -11,15 +11,15 @@ import torch
 
 from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenizer
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.translator import Translator
 
 from .helpers import OFFSET
 
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory) -> Path:
-    from heedful.checkpoint import save_model_dir
+    from heedful.checkpoint.model_dir import save_model_dir
 
     tokenizer = CharTokenizer.train(["abcdefghijklmnopqrstuvwxyz ABC.,"])
     config = ModelConfig(

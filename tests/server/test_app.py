@@ -326,8 +326,8 @@ def test_the_command_refuses_bad_limits_and_directories(tmp_path, model_dir):
 
 def test_the_server_imports_neither_training_nor_matplotlib():
     code = (
-        "import sys, heedful.server, heedful.translator, heedful.visualize.trace; "
-        "print(sorted(m for m in sys.modules if m == 'heedful.training' or "
+        "import sys, heedful.server, heedful.inference.translator, heedful.visualize.trace; "
+        "print(sorted(m for m in sys.modules if m == 'heedful.training.loop' or "
         "m.startswith('matplotlib')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -24,8 +24,8 @@ from image_models import image_model_dir, picture
 from memory import memory_cap
 from PIL import Image
 
-from heedful.captioner import Captioner
 from heedful.data.images import ImageError
+from heedful.inference.captioner import Captioner
 from heedful.server import ServerLimits
 
 from .helpers import InProcessServer, client, error, ok

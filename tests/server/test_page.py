@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from heedful.data.tasks import DATE_FORMAT_EXAMPLES
 from heedful.server.page import EXAMPLES, examples, index_page
+from heedful.tasks.dates import DATE_FORMAT_EXAMPLES
 
 from .helpers import LIMITS, Server, assert_clean_exit, flags
 
@@ -123,7 +123,7 @@ def test_a_ctranslate2_server_lists_the_outputs_without_attention(model_dir, tmp
     the beam's outputs instead of the viewer."""
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    from heedful.runtime import load_translator
+    from heedful.inference.runtime import load_translator
 
     running = Server(model_dir, tmp_path / "ct2.log", *flags(LIMITS), "--engine", "ctranslate2")
     try:

@@ -12,13 +12,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from heedful.checkpoint import save_model_dir
+from heedful.checkpoint.model_dir import save_model_dir
 from heedful.cli import main
 from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenizer
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
 from heedful.server import create_app
-from heedful.translator import Translator
 
 from .helpers import OFFSET, client, error, ok
 

@@ -15,12 +15,12 @@ import torch
 
 from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.tokenizers import CharTokenizer
+from heedful.inference.runtime import engine_type
+from heedful.inference.translator import Translation, Translator
 from heedful.models.build import build_model
-from heedful.runtime import engine_type
 from heedful.safejson import dumps
 from heedful.server import ApiError, ServerLimits, TranslateRequest, response_body
 from heedful.server.service import Job, Output, Search, TranslationService
-from heedful.translator import Translation, Translator
 from heedful.visualize.trace import build_trace, estimated_json_bytes
 
 GENERATION = GenerationConfig(num_beams=5, max_len_ratio=1.0, max_len_offset=4)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from heedful.captioner import Captioner
 from heedful.cli import main
-from heedful.data.scenes import SceneSet
-from heedful.demo_captions import run_caption_demo
+from heedful.demo.captions import run_caption_demo
+from heedful.inference.captioner import Captioner
 from heedful.server import ServerLimits
+from heedful.tasks.scenes import SceneSet
 
 from .helpers import client, ok
 

@@ -12,8 +12,8 @@ import torch
 
 from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.tokenizers import CharTokenizer
+from heedful.inference.translator import Translator, load_ensemble
 from heedful.models.build import build_model
-from heedful.translator import Translator, load_ensemble
 from heedful.visualize.trace import Trace, build_trace
 
 from .test_html import assert_no_console_errors, chromium, click_tab, open_page

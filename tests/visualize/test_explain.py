@@ -4,7 +4,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from heedful.checkpoint import save_model_dir
+from heedful.checkpoint.model_dir import save_model_dir
 from heedful.cli import main
 from heedful.visualize.explain import explain
 from heedful.visualize.trace import build_trace

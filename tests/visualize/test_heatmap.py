@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from heedful.checkpoint import GenerationConfig
+from heedful.checkpoint.model_dir import GenerationConfig
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, PAD_ID, UNK_ID, CharTokenizer
+from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.translator import Translator
 from heedful.visualize.heatmap import _trace_figure, plot_alignment, plot_trace
 from heedful.visualize.trace import Trace, TraceHypothesis, build_trace
 

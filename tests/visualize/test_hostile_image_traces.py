@@ -14,7 +14,7 @@ import json
 import pytest
 from image_models import image_model_dir, picture
 
-from heedful.captioner import Captioner
+from heedful.inference.captioner import Captioner
 from heedful.visualize.trace import Trace
 from heedful.visualize.trace_check import MAX_IMAGE_URI_CHARS
 from heedful.visualize.trace_image import build_image_trace

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from heedful.checkpoint import GenerationConfig
+from heedful.checkpoint.model_dir import GenerationConfig
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenizer
-from heedful.decoding import beam_search, greedy_search
+from heedful.inference.translator import Translator
+from heedful.layers.scores import SCORES
 from heedful.models.build import build_model
-from heedful.scores import SCORES
-from heedful.translator import Translator
+from heedful.search.decoding import beam_search, greedy_search
 from heedful.visualize.trace import Trace, build_trace, estimated_json_bytes
 from heedful.visualize.trace_check import check_trace
 

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from image_models import image_model_dir, picture, png_file
 
-from heedful.captioner import Captioner
 from heedful.cli import main
 from heedful.cli.see_image import caption_overlay
+from heedful.inference.captioner import Captioner
 from heedful.visualize.overlay import overlay_figure
 from heedful.visualize.rollout import attention_rollout
 from heedful.visualize.trace import Trace

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from heedful.translator import Translator
+from heedful.inference.translator import Translator
 
 from .test_html import assert_no_console_errors, chromium, open_page, open_viewers, part, screenshot
 from .test_viewer_calc import MODELS, traces

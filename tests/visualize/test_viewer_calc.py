@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from heedful.translator import Translator
+from heedful.inference.translator import Translator
 from heedful.visualize.html import render_fragment, render_step
 from heedful.visualize.trace import build_trace
 

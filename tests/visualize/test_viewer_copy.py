@@ -67,8 +67,8 @@ def test_the_step_calculation_names_the_mixture(chromium, tmp_path):
 
     from heedful.config import GenerationConfig, ModelConfig
     from heedful.data.tokenizers import CharTokenizer
+    from heedful.inference.translator import Translator
     from heedful.models.build import build_model
-    from heedful.translator import Translator
     from heedful.visualize.trace import build_trace
 
     tokenizer = CharTokenizer("abcdefgh")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from conftest import LETTERS, train_reverse
 
-from heedful.checkpoint import GenerationConfig, save_model_dir
+from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import CharTokenizer
-from heedful.translator import Translator
+from heedful.inference.translator import Translator
 from heedful.visualize.trace import build_trace
 
 from .test_html import assert_no_console_errors, chromium, open_page, part

@@ -9,9 +9,9 @@ import torch
 
 from heedful.config import GenerationConfig, ModelConfig
 from heedful.data.tokenizers import CharTokenizer
+from heedful.inference.translator import Translator
+from heedful.layers.scores import SCORES
 from heedful.models.build import build_model
-from heedful.scores import SCORES
-from heedful.translator import Translator
 from heedful.visualize.explain import explain
 from heedful.visualize.trace import build_trace
 

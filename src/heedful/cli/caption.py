@@ -14,7 +14,7 @@ from heedful.cli.options import DIRECTORY, FILE, POSITIVE
 def image_arguments(paths: tuple[str, ...]) -> list[str] | None:
     """`translate`'s arguments as (model, images) when the first is an image model's directory:
     the images; None for text models, whose arguments must all be directories, as before."""
-    from heedful.captioner import is_image_model
+    from heedful.inference.captioner import is_image_model
 
     if Path(paths[0]).is_dir() and is_image_model(paths[0]):
         return list(paths[1:])
@@ -29,10 +29,10 @@ def caption_images(
 ) -> None:
     """Print (or write to output_path) the captions of `images`; errors name the image.
     drawn: the sampling settings of `heedful translate --sample ...`."""
-    from heedful.captioner import Captioner
-    from heedful.checkpoint import CheckpointError
+    from heedful.checkpoint.model_dir import CheckpointError
     from heedful.config import beams_for
     from heedful.data.images import ImageError
+    from heedful.inference.captioner import Captioner
 
     if not images:
         raise click.UsageError("give one or more images to caption after the model directory")

@@ -60,8 +60,8 @@ def _named_errors() -> tuple[type[ValueError], ...]:
     from heedful.data.corpus import CorpusError
     from heedful.data.prepared import PreparedError
     from heedful.io import CheckpointError
-    from heedful.run_dir import RunError
-    from heedful.training import TrainingError
+    from heedful.training.loop import TrainingError
+    from heedful.training.run_dir import RunError
 
     return (ConfigError, CheckpointError, CorpusError, PreparedError, RunError, TrainingError)
 

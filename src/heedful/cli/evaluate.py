@@ -157,7 +157,7 @@ def evaluate(
     from pathlib import Path
 
     from heedful.cli.translate import director
-    from heedful.runtime import load_translator
+    from heedful.inference.runtime import load_translator
 
     if metric == "rouge":  # before any translating: say now if the package is missing
         from heedful.evaluation import require_rouge

@@ -74,8 +74,8 @@ def heads(model_dir, src_path, ref_path, max_sentences, num_beams, png_path, max
     from tqdm import tqdm
 
     from heedful.data.corpus import LineLimit, read_parallel
-    from heedful.heads import attention_layers, importance
-    from heedful.translator import Translator
+    from heedful.inference.heads import attention_layers, importance
+    from heedful.inference.translator import Translator
 
     translator = Translator.load(model_dir)
     count = sum(a.num_heads for stack in attention_layers(translator.model).values() for a in stack)

@@ -8,8 +8,8 @@ from heedful.cli.options import DIRECTORY, POSITIVE, Deferred, overrides_option,
 
 
 def _demo_options() -> list[click.Parameter]:
-    from heedful.demo import DEMO_MODELS, DEMO_TASKS
-    from heedful.demo_captions import CAPTION_MODELS, DEFAULT_MODEL
+    from heedful.demo.captions import CAPTION_MODELS, DEFAULT_MODEL
+    from heedful.demo.run import DEMO_MODELS, DEMO_TASKS
 
     model = click.Option(
         ["--model", "model_name"],
@@ -75,7 +75,7 @@ def _demo_options() -> list[click.Parameter]:
 def demo(model_name, task, out, train_size, max_steps, max_time, seed, progress) -> None:
     """Learn a generated task in minutes (human-written dates to ISO dates, the articles' toy
     chatbot, or captions of generated scenes), then draw the attention."""
-    from heedful.demo import run_demo
+    from heedful.demo.run import run_demo
 
     options = dict(
         train_size=train_size,
@@ -119,8 +119,8 @@ def train(config_path, overrides, run_dir, force, progress, threads) -> None:
     from pathlib import Path
 
     from heedful.config import load_config
-    from heedful.experiment import train_from_config
-    from heedful.interrupts import STOP_SIGNALS
+    from heedful.training.experiment import train_from_config
+    from heedful.training.interrupts import STOP_SIGNALS
 
     if threads is not None:
         overrides = (*overrides, f"train.threads={threads}")
@@ -148,14 +148,14 @@ def train(config_path, overrides, run_dir, force, progress, threads) -> None:
 )
 def average(model_dirs, output_dir) -> None:
     """Average the weights of several checkpoints of one model into OUTPUT."""
-    from heedful.checkpoint import average_checkpoints
+    from heedful.checkpoint.model_dir import average_checkpoints
 
     out = average_checkpoints(list(model_dirs), output_dir)
     click.echo(f"averaged {len(model_dirs)} checkpoints into {out}")
 
 
 def _export_options() -> list[click.Parameter]:
-    from heedful.export import FORMATS, QUANTIZATIONS
+    from heedful.inference.export import FORMATS, QUANTIZATIONS
 
     format_ = click.Option(
         ["--format", "format_"],
@@ -203,7 +203,7 @@ def export(model_dir, output_dir, format_, quantization) -> None:
         kind = (read_hf_config(out) or {}).get("model_type", "huggingface")
         click.echo(f"exported {model_dir} to {out} (huggingface {kind}, float32 weights)")
         return
-    from heedful.export import export_ctranslate2
+    from heedful.inference.export import export_ctranslate2
 
     out = export_ctranslate2(model_dir, output_dir, quantization)
     click.echo(f"exported {model_dir} to {out} ({format_}, {quantization or 'float32'} weights)")

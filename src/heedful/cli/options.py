@@ -27,8 +27,8 @@ class Deferred(click.Command):
     """A command whose last options are declared by `later()` the first time the command is
     parsed or its --help shown, not when the CLI loads.
 
-    Their choices and defaults live in the modules that own them (heedful.runtime's engines,
-    export formats, demo models, ...), most of which import torch: a second and more that
+    Their choices and defaults live in the modules that own them (heedful.inference.runtime's
+    engines, export formats, demo models, ...), most of which import torch: a second and more that
     `heedful --help` and every other command should not wait for.
     """
 
@@ -63,9 +63,10 @@ def threads_option() -> click.Option:
 
 
 def runtime_options() -> list[click.Parameter]:
-    """--engine, --quantize and --threads: how the model runs (heedful.runtime.load_translator)."""
-    from heedful.runtime import ENGINES
-    from heedful.translator import QUANTIZE
+    """--engine, --quantize and --threads: how the model runs
+    (heedful.inference.runtime.load_translator)."""
+    from heedful.inference.runtime import ENGINES
+    from heedful.inference.translator import QUANTIZE
 
     engine = click.Option(
         ["--engine"],

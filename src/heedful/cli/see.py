@@ -90,9 +90,9 @@ def attention(
 ) -> None:
     """Translate SENTENCE (an image model: caption the image file) and show where the model
     looked."""
-    from heedful.captioner import is_image_model
     from heedful.config import beams_for
-    from heedful.translator import Translator
+    from heedful.inference.captioner import is_image_model
+    from heedful.inference.translator import Translator
     from heedful.visualize.trace import build_trace
 
     if not (picture or html_path or json_path):
@@ -156,7 +156,7 @@ def attention(
 @language_options
 def explain(model_dir, sentence, kind, layer, head, position, html_path, target, source) -> None:
     """Print one attention computation with the model's real numbers."""
-    from heedful.translator import Translator
+    from heedful.inference.translator import Translator
     from heedful.visualize.explain import explain as run_explain
 
     translator = Translator.load(model_dir)

@@ -44,7 +44,7 @@ def caption_overlay(
 def image_attention(model_dir, image, picture, html_path, json_path, options: dict) -> None:
     """The attention command for an image model; `options` holds the text command's other
     options, of which kind, grid, words, num_beams, n_best, layer and head mean something here."""
-    from heedful.captioner import Captioner
+    from heedful.inference.captioner import Captioner
 
     if options["kind"] != "cross":
         raise click.UsageError(

@@ -31,7 +31,7 @@ def _translate_options() -> list[click.Parameter]:
 
 
 def sampling_options(f):
-    """--sample and its settings: draw each token from the softmax (heedful.sampling)."""
+    """--sample and its settings: draw each token from the softmax (heedful.search.sampling)."""
     options = [
         click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None,
                      help="Seed of the draws: the same input and seed give the same samples."),
@@ -158,12 +158,12 @@ def translate(
 def _check_engine(engine: str, drawn: dict, prefixes: bool, images: bool = False) -> None:
     """What the engine cannot do, refused by its declared capabilities before a model loads
     (engine.check_supported, the check of the Python API and the server too)."""
-    from heedful.configsearch import SearchSettings
-    from heedful.engine import CLI, Unsupported, check_supported
-    from heedful.runtime import engine_type
+    from heedful.config.search import SearchSettings
+    from heedful.inference.engine import CLI, Unsupported, check_supported
+    from heedful.inference.runtime import engine_type
 
     if images:  # an image model: the Captioner
-        from heedful.captioner import Captioner
+        from heedful.inference.captioner import Captioner
 
         capabilities = Captioner.capabilities
     else:
@@ -203,13 +203,13 @@ class _Output:
 
 def _load(model_dirs: tuple[str, ...], engine: str, quantize: str | None):
     """One model directory: its translator; several: their ensemble (torch engine only)."""
-    from heedful.runtime import load_translator
+    from heedful.inference.runtime import load_translator
 
     if len(model_dirs) == 1:
         return load_translator(model_dirs[0], engine, quantize)
     if engine != "torch":
         raise click.UsageError(f"an ensemble runs on the torch engine, not --engine {engine}")
-    from heedful.translator import load_ensemble
+    from heedful.inference.translator import load_ensemble
 
     return load_ensemble(model_dirs, quantize=quantize)
 
@@ -219,7 +219,7 @@ def director(model_dir: str, target, source):
     multilingual model (data/languages.py). A pair it does not translate is an error naming
     its pairs, said now, before any input is read."""
     from heedful.data.languages import source_texts
-    from heedful.translator import directions
+    from heedful.inference.translator import directions
 
     pairs, tokens = directions(model_dir)
     if not tokens and target is None and source is None:

@@ -1,6 +1,6 @@
 """Features of a frozen image encoder cached on disk (safetensors): training a caption decoder
 over a frozen backbone then decodes and encodes each image once, not once per epoch
-(captions_experiment.py with model.freeze_encoder and data.feature_cache; the encoder it is
+(training/captions_task.py with model.freeze_encoder and data.feature_cache; the encoder it is
 given there is models/frozen.py's Trunk, the part of the image encoder that does not learn).
 
 Layout: CACHE_DIR/KEY/SHA.safetensors, one file per distinct image content, holding "features"

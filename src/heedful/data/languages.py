@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from heedful.configcorpora import SPLIT_KEYS, check_language, target_token
-from heedful.configfile import ConfigError
+from heedful.config.corpora import SPLIT_KEYS, check_language, target_token
+from heedful.config.file import ConfigError
 from heedful.data.corpus import CorpusError, iter_split, split_source
 from heedful.data.tokenizers import TARGET_TOKEN
 

@@ -11,7 +11,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
-from heedful.configcorpora import LANGUAGE_CODE
+from heedful.config.corpora import LANGUAGE_CODE
 from heedful.data import sentencepiece_model as spm_model
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from heedful.checkpoint import load_model_dir
+from heedful.checkpoint.model_dir import load_model_dir
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from heedful.hf.export_tokenizer import (
     hf_tokenizer,

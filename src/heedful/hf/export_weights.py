@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from heedful.data.tokenizers import BOS_ID
-from heedful.positional import sinusoidal_encoding
+from heedful.layers.positional import sinusoidal_encoding
 
 # the score of a token the decoder must never produce (a source-only character): exp() of it
 # is 0 in float32 and float64, and it is finite (heedful's loader refuses non-finite weights)

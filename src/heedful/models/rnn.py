@@ -24,11 +24,11 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from heedful.attention import attend, padding_mask
+from heedful.layers.attention import attend, padding_mask
+from heedful.layers.rnn_attention import LuongLocalAttention
+from heedful.layers.scores import RNN_ATTENTIONS, SCORES
 from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
 from heedful.models.pointer import CopyGate, pointer_mixture
-from heedful.rnn_attention import LuongLocalAttention
-from heedful.scores import RNN_ATTENTIONS, SCORES
 
 RNN_CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
 Hidden = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (layers, B, N)

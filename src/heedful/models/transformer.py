@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from heedful.attention import MultiHeadAttention, causal_mask, padding_mask
+from heedful.layers.attention import MultiHeadAttention, causal_mask, padding_mask
+from heedful.layers.positional import POSITIONAL_ENCODINGS
+from heedful.layers.stacked import forget_stacked
 from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
-from heedful.positional import POSITIONAL_ENCODINGS
-from heedful.stacked import forget_stacked
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys and values, (B, H_kv, len, D/H) each
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from heedful.layers.positional import sinusoidal_encoding
+from heedful.layers.stacked import forget_stacked
 from heedful.models.base import Seq2SeqOutput
 from heedful.models.rnn import RNNMemory, RNNSeq2Seq
 from heedful.models.transformer import EncoderLayer, Transformer, TransformerMemory
-from heedful.positional import sinusoidal_encoding
-from heedful.stacked import forget_stacked
 
 
 class VisionError(ValueError):

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 import yaml
 
 from heedful import __version__
-from heedful.configcorpora import SPLIT_KEYS
+from heedful.config.corpora import SPLIT_KEYS
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 SUFFIX = ".yaml"
-# The data keys that name files or folders: what a recipe cannot ship with it (config.py's
-# DataConfig, configcorpora.py's CorpusConfig), so what a user points at their own data.
+# The data keys that name files or folders: what a recipe cannot ship with it (config/__init__.py's
+# DataConfig, config/corpora.py's CorpusConfig), so what a user points at their own data.
 FILE_KEYS = (
     *SPLIT_KEYS,
     "images",

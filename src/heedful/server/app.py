@@ -83,7 +83,8 @@ def create_app(
 
     Each directory's config.json is read at once (a wrong path fails here); the weights load in
     the background after start-up: GET /ready answers 200 once they all have. engine and
-    quantize choose the runtime (heedful.runtime.load_translator); only "torch" gives attention.
+    quantize choose the runtime (heedful.inference.runtime.load_translator); only "torch" gives
+    attention.
     """
     from contextlib import asynccontextmanager
 

@@ -131,7 +131,7 @@ class ImageService:
     reading uploads under MAX_UPLOAD_PIXELS; one caption at a time (torch uses every core)."""
 
     def __init__(self, translator):
-        from heedful.captioner import Captioner
+        from heedful.inference.captioner import Captioner
 
         source = translator.src_tokenizer  # an image model's ImageSource
         limit = min(source.transform.max_pixels, MAX_UPLOAD_PIXELS)
@@ -232,7 +232,7 @@ def add_caption_route(app, states) -> None:
     from fastapi import Request
     from starlette.responses import JSONResponse
 
-    from heedful.captioner import is_image_model
+    from heedful.inference.captioner import is_image_model
 
     state = next((s for s in states if is_image_model(s.model_dir)), None)
     if state is None:

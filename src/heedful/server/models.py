@@ -45,7 +45,7 @@ class ModelState:
 def model_state(model_dir: Path, limits: ServerLimits) -> ModelState:
     """A model directory's state, from its config.json alone (a wrong path fails here); the
     weights load later (load)."""
-    from heedful.translator import directions
+    from heedful.inference.translator import directions
 
     pairs, tokens = directions(model_dir)
     state = ModelState(model_dir, pairs[0], limits, pairs, tokens)
@@ -59,7 +59,7 @@ def model_state(model_dir: Path, limits: ServerLimits) -> ModelState:
 
 async def load(state: ModelState, on_error, runtime: dict) -> None:
     """Load the model off the event loop, so /health answers while it loads."""
-    from heedful.runtime import load_translator
+    from heedful.inference.runtime import load_translator
 
     try:
         translator = await asyncio.to_thread(load_translator, state.model_dir, **runtime)
@@ -116,7 +116,7 @@ def check_prefix(state: ModelState, prefix: str | None) -> None:
     translator = None if state.service is None else state.service.translator
     if not prefix or translator is None or not translator.capabilities.prefixes:
         return
-    from heedful.prefix import PrefixError  # torch's: importing the server loads none
+    from heedful.search.prefix import PrefixError  # torch's: importing the server loads none
 
     try:
         translator.prefix_ids(prefix, "prefix")

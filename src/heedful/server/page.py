@@ -39,7 +39,7 @@ EXAMPLES = {
            "Une petite fille lit un livre."),
     "es": ("Un hombre anda en bicicleta.", "Dos perros juegan en la nieve.",
            "Una niña lee un libro."),
-    # heedful demo --task dialogue: the illustrated seq2seq articles' chatbot (data/dialogue.py)
+    # heedful demo --task dialogue: the illustrated seq2seq articles' chatbot (tasks/dialogue.py)
     "dialogue": ("Hi, How are you?", "What is your name?", "Hello, how is it going?"),
 }  # fmt: skip
 
@@ -52,7 +52,7 @@ def examples(source: str) -> tuple[str, ...]:
     """The example inputs for a model that reads `source`; the dates models of `heedful demo`
     (source "dates") get one date in the task's own formats."""
     if source == "dates":
-        from heedful.data.tasks import DATE_FORMAT_EXAMPLES
+        from heedful.tasks.dates import DATE_FORMAT_EXAMPLES
 
         return tuple(DATE_FORMAT_EXAMPLES)
     return EXAMPLES.get(source, ())

@@ -136,7 +136,8 @@ SETTINGS: tuple[str, ...] = ()
 
 
 def decoding(limits: ServerLimits) -> tuple[Field, ...]:
-    """Sampling (heedful.sampling) and forced beginnings (heedful.prefix) of /translate."""
+    """Sampling (heedful.search.sampling) and forced beginnings (heedful.search.prefix) of
+    /translate."""
     return (
         Boolean("sample", "draw each token from the softmax; alternatives + 1 samples"),
         Number("temperature", 0.0, 100.0, description="with sample: below 1 sharper"),

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from heedful.configsearch import SearchSettings, beams_for
-from heedful.engine import HTTP, check_supported
+from heedful.config.search import SearchSettings, beams_for
+from heedful.inference.engine import HTTP, check_supported
 from heedful.safejson import dumps
 from heedful.server.limits import ApiError, ServerLimits
 from heedful.server.schema import TranslateRequest, check_limits

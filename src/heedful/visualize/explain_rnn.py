@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from heedful.layers.scores import SCORES
 from heedful.models.pointer import pointer_mixture
-from heedful.scores import SCORES
 from heedful.visualize.explanation import Explanation, Output, Section, at, first_rows, rows, vec
 from heedful.visualize.trace import check_index
 

@@ -14,7 +14,7 @@ import torch
 
 from heedful.data.batching import pad
 from heedful.data.tokenizers import BOS, EOS, seen_tokens
-from heedful.decoding import Hypothesis
+from heedful.search.decoding import Hypothesis
 
 SHOWN = 8  # rows of vectors (k_j, v_j, h̄_s) listed before "… N more"
 

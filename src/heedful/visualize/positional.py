@@ -15,7 +15,7 @@ def plot_positional(d_model: int, length: int, path: str | Path) -> Path:
     Low dimensions oscillate fast along the positions, high ones slowly: each pair (sin, cos) is
     one wavelength, from 2π up to 10000·2π.
     """
-    from heedful.positional import sinusoidal_encoding
+    from heedful.layers.positional import sinusoidal_encoding
 
     path = image_path(path)
     if d_model < 1 or length < 1:

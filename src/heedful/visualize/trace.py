@@ -14,10 +14,10 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from heedful.configsearch import SearchSettings
+from heedful.config.search import SearchSettings
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
+from heedful.layers.scores import SCORES
 from heedful.safejson import dumps
-from heedful.scores import SCORES
 from heedful.visualize.internals import (
     DECIMALS,  # the schema's rounding; also read from here (words.py, trace_image.py)
     block_internals,
@@ -271,7 +271,7 @@ def replayed(translator, src, hyp, top_k: int, internals: bool, first: bool, sam
 
 def _sampled(log_probs, sampling, top_k: int, tokenizer, hyp) -> list[list[dict]]:
     """[T][K] the most probable tokens of the distribution each token was drawn from."""
-    from heedful.sampling import sampling_log_probs
+    from heedful.search.sampling import sampling_log_probs
 
     reshaped = sampling_log_probs(log_probs, sampling)
     return _top_k(reshaped, top_k, tokenizer, hyp.produced(EOS_ID), cut=True)
@@ -298,7 +298,7 @@ def _cross(maps) -> torch.Tensor | None:
 def _search(translator, src, settings, prefix):
     """The hypotheses of build_trace, with the trace's `search` (SearchSettings.record) and the
     Sampling they were drawn with (or None)."""
-    from heedful.sampling import Sampling
+    from heedful.search.sampling import Sampling
 
     forced = [translator.prefix_ids(prefix)] if prefix else None
     drawn = Sampling.of(settings) if settings.sample else None

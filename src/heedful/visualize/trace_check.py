@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from heedful.scores import FORMS, RNN_ATTENTIONS
+from heedful.layers.scores import FORMS, RNN_ATTENTIONS
 
 MAX_TRACE_BYTES = 256 << 20  # far above any trace build_trace writes (internals are bounded)
 MAX_IMAGE_URI_CHARS = 2 << 20  # an image trace's picture: a 256-pixel PNG takes under 300,000

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heedful.configsearch import SearchSettings
+from heedful.config.search import SearchSettings
 from heedful.visualize.internals import rounded
 from heedful.visualize.rollout import attention_rollout
 from heedful.visualize.trace import DECIMALS, Trace, model_info, replayed
@@ -85,7 +85,7 @@ def build_image_trace(
 ) -> Trace:
     """Caption one image (a file, its bytes or (H, W, 3) uint8 pixels) and record, for each of
     the n_best captions, every attention weight over the regions, the picture and, for a ViT,
-    its attention rollout. captioner: a heedful.captioner.Captioner. settings: a
+    its attention rollout. captioner: a heedful.inference.captioner.Captioner. settings: a
     SearchSettings in place of num_beams, n_best and length_penalty. A bad image is an
     ImageError naming it, before anything is searched."""
     import torch

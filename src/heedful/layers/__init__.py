@@ -1,0 +1,2 @@
+"""The parts the models are built from: attention (masks, scaled dot-product, multi-head, the
+RNN decoder's scores and their table), positional encodings, and stacked projections."""

@@ -1,0 +1,60 @@
+"""A run's validation, one shape for every task (experiment.py): the teacher-forced loss of the
+references, then greedy search and the task's scores of what it found.
+
+A task supplies the `Validation` (text_experiment.TextValidation for translation,
+captions_experiment.CaptionValidation for captions): its batches, how its sources are searched
+and what its outputs score; the loss, the perplexity and the search settings are the same for
+all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Protocol
+
+from heedful.config import Config
+from heedful.data.batching import Batch
+from heedful.training.loop import sequence_loss
+
+
+class Validation(Protocol):
+    """What a task validates on."""
+
+    tokenizers: tuple  # (source side, target tokenizer): what the search reads and writes
+
+    def loss_batches(self) -> Iterable[Batch]:
+        """The references as teacher-forced batches, on the CPU."""
+
+    def outputs(self, searcher) -> list[str]:
+        """Each validation source's greedy output, in order (`searcher`: a Translator)."""
+
+    def scores(self, outputs: list[str]) -> dict:
+        """The task's scores of the outputs; "bleu" among them, early stopping's default."""
+
+
+def make_validator(valid: Validation, config: Config, device) -> Callable[..., dict]:
+    """validate(model) -> {loss, ppl, the task's scores}.
+
+    Search is greedy whatever config.generation.num_beams, as it always was: validation runs
+    every eval_every steps, and a beam of k costs about k times as much; the output length
+    limits are config.generation's.
+    """
+    from heedful.inference.translator import Translator
+
+    greedy = replace(config.generation, num_beams=1, n_best=1)
+
+    def validate(model) -> dict:
+        total, tokens = 0.0, 0
+        for batch in valid.loss_batches():
+            batch = batch.to(device)
+            logits = model(batch.src, batch.tgt_in).logits  # (B, T, V)
+            total += sequence_loss(logits, batch.tgt_out, 0.0, "sum").item()
+            tokens += batch.target_tokens()
+        searcher = Translator(model, *valid.tokenizers, greedy, device=device)
+        loss = total / max(tokens, 1)  # nats per reference token
+        scores = valid.scores(valid.outputs(searcher))
+        return {"loss": loss, "ppl": math.exp(min(loss, 50)), **scores}
+
+    return validate
