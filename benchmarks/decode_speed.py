@@ -110,14 +110,15 @@ def breakdown(translator, sources: list[str], beams: int) -> dict:
     interpreter, allocation, and the profiler's own overhead (which inflates it)."""
     from torch.profiler import ProfilerActivity, profile
 
+    from heedful.models import base
     from heedful.models import transformer as tr
 
     model = translator.model
     _labelled(model, "encode", "encode")
     _labelled(model, "init_state", "init_state")
     _labelled(model, "decode_step", "decode_step")
-    _labelled(model.generator, "forward", "output_layer")
-    for layer in model.decoder_layers:
+    _labelled(model.decoder.generator, "forward", "output_layer")
+    for layer in model.decoder.layers:
         _labelled(layer.self_attn, "project_qkv", "self_attention")
         _labelled(layer.self_attn, "attend_heads", "self_attention")
         _labelled(layer.cross_attn, "attend_projected", "cross_attention")
@@ -125,7 +126,7 @@ def breakdown(translator, sources: list[str], beams: int) -> dict:
     for name in ("append", "of", "index_select"):
         _labelled(tr.KVCache, name, "kv_cache")
     _labelled(tr.TransformerState, "index_select", "reorder")
-    _labelled(tr.TransformerMemory, "index_select", "reorder")
+    _labelled(base.Memory, "index_select", "reorder")
     translator.translate(sources[:BATCH], num_beams=beams, batch_size=BATCH)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()

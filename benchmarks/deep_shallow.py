@@ -46,7 +46,7 @@ def model(encoder_layers: int, decoder_layers: int):
     config = ModelConfig(encoder_layers=encoder_layers, decoder_layers=decoder_layers, **sizes)
     net = build_model(config, 8000, 8000).eval()
     with torch.no_grad():
-        net.generator.bias[EOS_ID] = -torch.inf  # never ends early: the length is forced
+        net.decoder.generator.bias[EOS_ID] = -torch.inf  # never ends early: the length is forced
     return net
 
 

@@ -194,9 +194,11 @@ def eole_checkpoint(model_dir: Path, config: dict, out: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
+    from heedful.checkpoint.names import current_names
     from heedful.layers.positional import sinusoidal_encoding
 
     w = load_file(str(model_dir / "model.safetensors"))
+    w = {today: w[name] for name, today in current_names(w).items()}  # a directory of any age
     sd: dict[str, torch.Tensor] = {}
 
     def copy(eole: str, ours: str) -> None:
@@ -210,17 +212,17 @@ def eole_checkpoint(model_dir: Path, config: dict, out: Path) -> None:
             copy(f"{eole}.{e}", f"{ours}.{o}")
 
     def layers(prefix: str) -> int:
-        return 1 + max(int(k.split(".")[1]) for k in w if k.startswith(prefix))
+        return 1 + max(int(k.split(".")[2]) for k in w if k.startswith(prefix))
 
-    for i in range(layers("encoder_layers.")):
-        e, o = f"encoder.transformer_layers.{i}", f"encoder_layers.{i}"
+    for i in range(layers("encoder.layers.")):
+        e, o = f"encoder.transformer_layers.{i}", f"encoder.layers.{i}"
         copy(f"{e}.input_layernorm", f"{o}.attn_block.norm")
         attention(f"{e}.self_attn", f"{o}.self_attn")
         copy(f"{e}.post_attention_layernorm", f"{o}.ff_block.norm")
         copy(f"{e}.mlp.gate_up_proj", f"{o}.feed_forward.net.0")
         copy(f"{e}.mlp.down_proj", f"{o}.feed_forward.net.3")
-    for i in range(layers("decoder_layers.")):
-        e, o = f"decoder.transformer_layers.{i}", f"decoder_layers.{i}"
+    for i in range(layers("decoder.layers.")):
+        e, o = f"decoder.transformer_layers.{i}", f"decoder.layers.{i}"
         copy(f"{e}.input_layernorm", f"{o}.self_block.norm")
         attention(f"{e}.self_attn", f"{o}.self_attn")
         copy(f"{e}.precontext_layernorm", f"{o}.cross_block.norm")
@@ -229,17 +231,18 @@ def eole_checkpoint(model_dir: Path, config: dict, out: Path) -> None:
         copy(f"{e}.mlp.gate_up_proj", f"{o}.feed_forward.net.0")
         copy(f"{e}.mlp.down_proj", f"{o}.feed_forward.net.3")
         sd[f"{e}.layer_scalar"] = torch.ones(1)  # Eole's Gemma-style scale, 1 here
-    copy("encoder.layer_norm", "encoder_norm")
-    copy("decoder.layer_norm", "decoder_norm")
-    sd["src_emb.embeddings.weight"] = w["src_embed.tokens.weight"]
-    # tied (heedful saves the one matrix as generator.weight): Eole's tgt embedding is it too
-    sd["tgt_emb.embeddings.weight"] = w.get("tgt_embed.tokens.weight", w["generator.weight"])
-    tied = sd["tgt_emb.embeddings.weight"] is w["generator.weight"]
+    copy("encoder.layer_norm", "encoder.norm")
+    copy("decoder.layer_norm", "decoder.norm")
+    sd["src_emb.embeddings.weight"] = w["encoder.embed.tokens.weight"]
+    # tied (heedful saves the one matrix under one of its names): Eole's tgt embedding is it too
+    output = w.get("decoder.generator.weight", w.get("decoder.embed.tokens.weight"))
+    sd["tgt_emb.embeddings.weight"] = w.get("decoder.embed.tokens.weight", output)
+    tied = "decoder.embed.tokens.weight" not in w or "decoder.generator.weight" not in w
     if not tied:
-        sd["generator.weight"] = w["generator.weight"]
+        sd["generator.weight"] = output
     config = {**config, "model": {**config["model"], "share_decoder_embeddings": tied}}
-    sd["generator.bias"] = w["generator.bias"]
-    d = w["encoder_norm.weight"].shape[0]
+    sd["generator.bias"] = w["decoder.generator.bias"]
+    d = w["encoder.norm.weight"].shape[0]
     for side in ("src", "tgt"):  # (5000, 1, D): Eole's buffer shape
         sd[f"{side}_emb.pe.pe"] = sinusoidal_encoding(5000, d).unsqueeze(1)
     pieces = (WORK / "vocab.txt").read_text(encoding="utf-8").splitlines()

@@ -359,10 +359,14 @@ def joey_checkpoint(model_dir: Path, out: Path) -> None:
     import torch
     from safetensors.torch import load_file
 
+    from heedful.checkpoint.names import current_names
     from heedful.layers.positional import sinusoidal_encoding
 
     w = load_file(str(model_dir / "model.safetensors"))
-    order = torch.tensor(JOEY_TO_OURS + list(range(4, w["generator.weight"].shape[0])))
+    w = {today: w[name] for name, today in current_names(w).items()}  # a directory of any age
+    # tied: the one matrix is saved under one of its two names
+    output = w.get("decoder.generator.weight", w.get("decoder.embed.tokens.weight"))
+    order = torch.tensor(JOEY_TO_OURS + list(range(4, output.shape[0])))
     sd = {}
 
     def linear(joey: str, ours: str, bias: bool = True) -> None:
@@ -384,28 +388,28 @@ def joey_checkpoint(model_dir: Path, out: Path) -> None:
         linear(f"{joey}.pwff_layer.0", f"{ours}.net.0")
         linear(f"{joey}.pwff_layer.3", f"{ours}.net.3")
 
-    n_enc = 1 + max(int(k.split(".")[1]) for k in w if k.startswith("encoder_layers."))
-    n_dec = 1 + max(int(k.split(".")[1]) for k in w if k.startswith("decoder_layers."))
+    n_enc = 1 + max(int(k.split(".")[2]) for k in w if k.startswith("encoder.layers."))
+    n_dec = 1 + max(int(k.split(".")[2]) for k in w if k.startswith("decoder.layers."))
     for i in range(n_enc):
-        j, o = f"encoder.layers.{i}", f"encoder_layers.{i}"
+        j = o = f"encoder.layers.{i}"
         linear(f"{j}.layer_norm", f"{o}.attn_block.norm")
         attention(f"{j}.src_src_att", f"{o}.self_attn")
         feed_forward(f"{j}.feed_forward", f"{o}.feed_forward", f"{o}.ff_block.norm")
     for i in range(n_dec):
-        j, o = f"decoder.layers.{i}", f"decoder_layers.{i}"
+        j = o = f"decoder.layers.{i}"
         linear(f"{j}.x_layer_norm", f"{o}.self_block.norm")
         attention(f"{j}.trg_trg_att", f"{o}.self_attn")
         linear(f"{j}.dec_layer_norm", f"{o}.cross_block.norm")
         attention(f"{j}.src_trg_att", f"{o}.cross_attn")
         feed_forward(f"{j}.feed_forward", f"{o}.feed_forward", f"{o}.ff_block.norm")
-    linear("encoder.layer_norm", "encoder_norm")
-    linear("decoder.layer_norm", "decoder_norm")
-    table = sinusoidal_encoding(5000, w["encoder_norm.weight"].shape[0]).unsqueeze(0)
+    linear("encoder.layer_norm", "encoder.norm")
+    linear("decoder.layer_norm", "decoder.norm")
+    table = sinusoidal_encoding(5000, w["encoder.norm.weight"].shape[0]).unsqueeze(0)
     sd["encoder.pe.pe"] = sd["decoder.pe.pe"] = table
-    embedding = w["generator.weight"][order]  # tied: target embedding = output layer
-    sd["src_embed.lut.weight"] = w["src_embed.tokens.weight"][order]
+    embedding = output[order]  # tied: target embedding = output layer
+    sd["src_embed.lut.weight"] = w["encoder.embed.tokens.weight"][order]
     sd["trg_embed.lut.weight"] = sd["decoder.output_layer.weight"] = embedding
-    sd["decoder.output_layer.bias"] = w["generator.bias"][order]
+    sd["decoder.output_layer.bias"] = w["decoder.generator.bias"][order]
     out.parent.mkdir(parents=True, exist_ok=True)
     state = {"model_state": {k: v.contiguous() for k, v in sd.items()}, "steps": 0}
     torch.save(state, out)

@@ -308,9 +308,7 @@ def test_the_default_model_s_directory_round_trips(tmp_path, pictures):
     assert stored["cnn_coords"] == config.cnn_coords and stored["cnn_layers"] == config.cnn_layers
     loaded = load_model_dir(result.model_dir)
     assert loaded.model_config == config
-    layers = {
-        k.split(".")[2] for k in loaded.model.state_dict() if k.startswith("image_encoder.layers.")
-    }
+    layers = {k.split(".")[2] for k in loaded.model.state_dict() if k.startswith("encoder.layers.")}
     assert len(layers) == config.cnn_layers + 1  # the layers and the stack's final LayerNorm
     _, paths = pictures
     first, second = (Captioner.load(result.model_dir).caption(paths) for _ in range(2))

@@ -41,7 +41,7 @@ def test_round_trip_gives_identical_weights_and_settings(tmp_path, config):
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.model.state_dict().items()):
         assert torch.equal(a, b), name
     if config.tie_embeddings:
-        assert loaded.model.generator.weight is loaded.model.tgt_embed.tokens.weight
+        assert loaded.model.decoder.generator.weight is loaded.model.decoder.embed.tokens.weight
 
 
 class Boom:
@@ -97,3 +97,65 @@ def test_average_is_the_mean_of_the_weights(tmp_path):
     _save(tmp_path / "c", CONFIGS[0])
     with pytest.raises(CheckpointError, match="model config differs"):
         average_checkpoints([tmp_path / "a", tmp_path / "c"], tmp_path / "bad")
+
+
+def _rename(path, rename) -> dict:
+    """Rewrite a weights file with every tensor's name passed through `rename`."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = {rename(name): t for name, t in load_file(str(path)).items()}
+    save_file(tensors, str(path))
+    return tensors
+
+
+def _earlier(name: str) -> str:
+    """The name a tensor of a text Transformer had before issue 27 (checkpoint/names.py)."""
+    from heedful.checkpoint.names import TEXT_TRANSFORMER
+
+    for old, new in TEXT_TRANSFORMER.items():
+        if name.startswith(new):
+            return old + name.removeprefix(new)
+    return name
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_weights_under_the_earlier_names_load_as_they_were(tmp_path, tie):
+    config = ModelConfig(**{**vars(CONFIGS[0]), "tie_embeddings": tie, "norm": "pre"})
+    model = _save(tmp_path / "m", config)
+    written = _rename(tmp_path / "m" / "model.safetensors", _earlier)
+    assert {"src_embed.tokens.weight", "encoder_norm.weight", "generator.bias"} <= set(written)
+    assert ("tgt_embed.tokens.weight" in written) + ("generator.weight" in written) == 2 - tie
+    loaded = load_model_dir(tmp_path / "m").model.state_dict()
+    assert loaded.keys() == model.state_dict().keys()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded[name], tensor), name
+
+
+def test_a_tensor_under_its_earlier_and_its_current_name_is_refused(tmp_path):
+    _save(tmp_path / "m", CONFIGS[0])
+    path = tmp_path / "m" / "model.safetensors"
+    _rename(path, _earlier)
+    both = _rename(path, lambda name: name)
+    both["encoder.embed.tokens.weight"] = both["src_embed.tokens.weight"].clone()
+    from safetensors.torch import save_file
+
+    save_file(both, str(path))
+    with pytest.raises(CheckpointError) as error:
+        load_model_dir(tmp_path / "m")
+    message = str(error.value)
+    assert str(path) in message and "encoder.embed.tokens.weight twice" in message
+    assert "src_embed.tokens.weight" in message
+
+
+@pytest.mark.parametrize("rename", [_earlier, lambda name: name], ids=["earlier", "current"])
+def test_a_tensor_of_no_known_name_is_refused_naming_it(tmp_path, rename):
+    _save(tmp_path / "m", CONFIGS[0])
+    path = tmp_path / "m" / "model.safetensors"
+    _rename(
+        path, lambda name: "decoder_block.0.w" if name.endswith("generator.bias") else rename(name)
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"missing \['decoder.generator.bias'\], unexpected \['decoder_block.0.w'\]",
+    ):
+        load_model_dir(tmp_path / "m")

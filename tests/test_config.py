@@ -113,5 +113,5 @@ def test_max_output_length_matches_the_batched_limit():
     for ratio, offset in [(1.5, 10), (0.3, 0), (1.1, 3), (0.0, 7), (2.7, 1)]:
         g = GenerationConfig(max_len_ratio=ratio, max_len_offset=offset)
         src = torch.ones(40, 41, dtype=torch.long).tril()  # lengths 1..40, the rest is padding
-        batched = max_output_lengths(src, 0, ratio, offset).tolist()
+        batched = max_output_lengths((src != 0).sum(1), ratio, offset).tolist()
         assert batched == [g.max_output_length(n) for n in range(1, 41)]

@@ -77,7 +77,7 @@ def beam_model(name, tgt_vocab_size=15, extra_eos_bias=0.0):
     config, scale, eos_bias = BEAM_MODELS[name]
     torch.manual_seed(0)
     model = build_model(config, 20, tgt_vocab_size).eval()
-    generator = model.generator if hasattr(model, "generator") else model.decoder.generator
+    generator = model.decoder.generator
     with torch.no_grad():
         generator.weight *= scale
         generator.bias *= scale
@@ -137,6 +137,9 @@ class RowCounter:
 
     def __init__(self, model):
         self.model, self.pad_id, self.rows = model, model.pad_id, []
+
+    def source_lengths(self, src):
+        return self.model.source_lengths(src)
 
     def encode(self, src):
         return self.model.encode(src)
@@ -251,6 +254,9 @@ class TableModel:
 
     def __init__(self, table, default):
         self.table, self.default = table, default
+
+    def source_lengths(self, src):
+        return (src != self.pad_id).sum(1)
 
     def encode(self, src):
         return Prefixes(src)

@@ -48,7 +48,7 @@ def random_model_dir(path, norm="post", tie=False, positional="sinusoidal", kv_h
             if isinstance(module, torch.nn.LayerNorm):  # not the identity they start as
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.normal_(0.0, 0.1)
-        model.generator.bias[EOS_ID] += 2.0  # most outputs end before their limit; some not
+        model.decoder.generator.bias[EOS_ID] += 2.0  # most outputs end before their limit; some not
     generation = GenerationConfig(num_beams=4, length_penalty=1.0, max_len_ratio=1.5,
                                   max_len_offset=5)  # fmt: skip
     return save_model_dir(path, model, config, tokenizer, tokenizer, generation)

@@ -86,7 +86,7 @@ def test_int8_layers_are_not_fused():
     torch.manual_seed(0)
     model = build_model(ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0), 20, 15)
     quantized = quantize_int8(model.eval())
-    attention = quantized.decoder_layers[0].self_attn
+    attention = quantized.decoder.layers[0].self_attn
     with torch.no_grad():
         assert stacked_weights(attention, attention.parts("q", "k", "v")) is None
         hyps = greedy_search(quantized, torch.randint(4, 20, (2, 6)), BOS, EOS)
@@ -168,8 +168,8 @@ def varied_lengths_model():
     torch.manual_seed(0)
     model = build_model(ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0), 20, 15)
     with torch.no_grad():
-        model.generator.weight *= 6.0
-        model.generator.bias[EOS] += 2.0
+        model.decoder.generator.weight *= 6.0
+        model.decoder.generator.bias[EOS] += 2.0
     return model.eval()
 
 

@@ -140,7 +140,7 @@ def gqa_model_dir(tmp_path_factory):
 def test_a_gqa_model_trains_saves_loads_and_translates(gqa_model_dir):
     assert json.loads((gqa_model_dir / "config.json").read_text())["model"]["num_kv_heads"] == 2
     translator = Translator.load(gqa_model_dir)
-    assert translator.model.decoder_layers[0].self_attn.w_k.weight.shape == (16, 32)
+    assert translator.model.decoder.layers[0].self_attn.w_k.weight.shape == (16, 32)
     pairs = reverse_pairs(100, seed=10_000)
     for beams in (1, 4):
         out = translator.translate([s for s, _ in pairs], num_beams=beams)

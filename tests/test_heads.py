@@ -57,7 +57,7 @@ def reference_mha(attention, x: np.ndarray, memory: np.ndarray, off: set[int]) -
 @pytest.mark.parametrize("off", [{0}, {1}, {0, 1}])
 def test_a_masked_heads_output_is_zero_before_w_o(translator, off):
     model = translator.model
-    attention = model.decoder_layers[1].cross_attn
+    attention = model.decoder.layers[1].cross_attn
     rng = np.random.default_rng(0)
     x, memory = rng.normal(size=(5, attention.d_model)), rng.normal(size=(7, attention.d_model))
     spec = [Head("cross", 1, h) for h in off] if off != {0, 1} else [Head("cross", 1)]

@@ -42,7 +42,7 @@ def test_every_linear_becomes_int8_and_nothing_else_changes(reverse_model_dir, r
     int8 = Translator.load(reverse_model_dir, quantize="int8")
     assert int8_linears(int8.model) == linears(fp32.model)
     assert linears(int8.model) == []
-    assert int8.model.src_embed.tokens.weight.dtype == torch.float32  # embeddings stay float
+    assert int8.model.encoder.embed.tokens.weight.dtype == torch.float32  # embeddings stay float
     tokenizer = fp32.src_tokenizer
     src, tgt_in, tgt_out = collate(
         [tokenizer.encode(s) for s, _ in reverse_test_set],

@@ -41,7 +41,7 @@ def heedful_model_dir(path, tie=False, norm="post", kv_heads=None):
             if isinstance(module, torch.nn.LayerNorm):  # not the identity they start as
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.normal_(0.0, 0.1)
-        model.generator.bias[EOS_ID] += 1.7  # most outputs end before their limit; some not
+        model.decoder.generator.bias[EOS_ID] += 1.7  # most outputs end before their limit; some not
     generation = GenerationConfig(num_beams=4, max_len_ratio=1.5, max_len_offset=5)
     return save_model_dir(path, model, config, src, tgt, generation)
 

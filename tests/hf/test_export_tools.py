@@ -53,7 +53,7 @@ def random_model(config: ModelConfig, src_size: int, tgt_size: int):
             if isinstance(module, torch.nn.LayerNorm):
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.normal_(0.0, 0.1)
-        model.generator.bias[EOS_ID] += 1.7  # most outputs end before their limit
+        model.decoder.generator.bias[EOS_ID] += 1.7  # most outputs end before their limit
     return model
 
 

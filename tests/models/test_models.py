@@ -166,7 +166,7 @@ def test_overfits_a_tiny_batch(name):
 
 def test_tied_embeddings_share_one_matrix():
     model = make("transformer-pre-learned-tied")
-    assert model.generator.weight is model.tgt_embed.tokens.weight
+    assert model.decoder.generator.weight is model.decoder.embed.tokens.weight
 
 
 def test_bad_model_configs_name_the_problem():
@@ -176,10 +176,10 @@ def test_bad_model_configs_name_the_problem():
         ModelConfig(d_model=30, num_heads=4)
     with pytest.raises(ConfigError, match="model.attention"):
         ModelConfig(arch="rnn", attention="luong-magic")
-    from heedful.models.transformer import Transformer
+    from heedful.models.transformer import transformer
 
     with pytest.raises(ValueError, match="divisible by num_heads"):
-        Transformer(10, 10, d_model=30, num_heads=4)
+        transformer(10, 10, d_model=30, num_heads=4)
 
 
 @pytest.mark.parametrize("name", ["transformer-post", "rnn-bahdanau"])

@@ -162,12 +162,6 @@ ARCHS = {  # the decoders' smallest settings
 }  # fmt: skip
 
 
-def image_encoder(model: nn.Module) -> nn.Module:
-    """ImageTransformer's image_encoder, ImageRNN's encoder."""
-    encoder = getattr(model, "image_encoder", None)
-    return encoder if encoder is not None else model.encoder
-
-
 def _experiment_model(tmp_path, arch, overrides):
     """The model `heedful train` starts from (captions_experiment._model): built with the
     run's seed, then the backbone's weights from model.encoder_weights when given."""
@@ -202,14 +196,14 @@ def test_weights_from_a_local_file_load_into_the_trunk_and_nowhere_else(
     encoder = [f"model.encoder=torchvision:{name}"]
     loaded = _experiment_model(tmp_path, arch, [*encoder, f"model.encoder_weights={path}"])
     plain = _experiment_model(tmp_path, arch, encoder)
-    trunk = image_encoder(loaded).trunk.state_dict()
+    trunk = loaded.encoder.trunk.state_dict()
     head = {k for k in state if k.startswith(("fc.", "classifier."))}
     assert head and not any(k.startswith(("fc.", "classifier.")) for k in trunk)
     for key, value in trunk.items():
         source = state[key] if key in state else state[f"features.{key}"]
         assert torch.equal(value, source), key
     assert len(trunk) == len(state) - len(head)  # every tensor but the head's was taken
-    moved = [k for k, v in image_encoder(plain).trunk.state_dict().items()
+    moved = [k for k, v in plain.encoder.trunk.state_dict().items()
              if not torch.equal(v, trunk[k])]  # fmt: skip
     random = {k for k, v in trunk.items() if v.dim() == 4 or "running_" in k}  # convs, stats
     assert random and random <= set(moved)  # so the check above is not the random init's

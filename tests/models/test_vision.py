@@ -14,13 +14,13 @@ from torch import nn
 
 from heedful.config import ConfigError, ModelConfig
 from heedful.models.build import build_model
+from heedful.models.encoder_decoder import attention_penalty
 from heedful.models.pretrained import load_backbone_weights
 from heedful.models.vision import (
     BackboneEncoder,
     CNNEncoder,
     VisionError,
     ViTEncoder,
-    attention_penalty,
     coordinate_channels,
     sinusoidal_encoding_2d,
     torchvision_trunk,
@@ -186,7 +186,7 @@ def test_captioners_decode_incrementally_as_they_are_taught(name):
         out.attention.cross.sum(-1), torch.ones(out.attention.cross.shape[:-1])
     )
     memory = model.encode(images)
-    mask = memory.src_mask if hasattr(memory, "src_mask") else memory.mask
+    mask = memory.mask
     assert mask.shape == (2, 1, regions) and bool(mask.all())
     state, steps = model.init_state(memory), []
     for t in range(5):

@@ -28,7 +28,7 @@ def model_dir(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     model = build_model(config, len(tokenizer), len(tokenizer))
     with torch.no_grad():  # only letters come out, and never </s>: outputs reach their limit
-        model.generator.bias[[PAD_ID, BOS_ID, UNK_ID, EOS_ID]] -= 10.0
+        model.decoder.generator.bias[[PAD_ID, BOS_ID, UNK_ID, EOS_ID]] -= 10.0
     generation = GenerationConfig(num_beams=1, max_len_ratio=1.0, max_len_offset=OFFSET)
     path = tmp_path_factory.mktemp("serve") / "model"
     save_model_dir(path, model, config, tokenizer, tokenizer, generation, ("en", "de"))

@@ -37,7 +37,7 @@ def tiny_model(path: Path, languages, seed: int, pairs=None) -> Path:
     torch.manual_seed(seed)
     model = build_model(config, len(source), len(target))
     with torch.no_grad():
-        model.generator.bias[[PAD_ID, BOS_ID, UNK_ID, EOS_ID]] -= 10.0
+        model.decoder.generator.bias[[PAD_ID, BOS_ID, UNK_ID, EOS_ID]] -= 10.0
     generation = GenerationConfig(num_beams=1, max_len_ratio=1.0, max_len_offset=OFFSET)
     return save_model_dir(path, model, config, source, target, generation, languages, pairs)
 

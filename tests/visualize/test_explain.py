@@ -190,7 +190,7 @@ def test_weighted_values_sum_to_the_models_head_output(kind, layer):
     """weight_j × v_j are listed and sum to the head's output, which equals a float64
     recomputation and the attention output the model itself fed to W_O."""
     tr = translator("transformer")
-    block = (tr.model.encoder_layers if kind == "encoder" else tr.model.decoder_layers)[layer - 1]
+    block = (tr.model.encoder if kind == "encoder" else tr.model.decoder).layers[layer - 1]
     mha = block.cross_attn if kind == "cross" else block.self_attn
     seen = {}
     hooks = [
@@ -220,7 +220,7 @@ def test_weighted_values_sum_to_the_models_head_output(kind, layer):
 def test_a_later_layer_reads_the_previous_layers_output(kind):
     """Layer 2's x is layer 1's output (captured from the model), not the embeddings."""
     tr = translator("transformer")
-    layers = tr.model.encoder_layers if kind == "encoder" else tr.model.decoder_layers
+    layers = (tr.model.encoder if kind == "encoder" else tr.model.decoder).layers
     outputs = {}  # the last call is replay's, over every position
 
     def keep(_module, _args, out):

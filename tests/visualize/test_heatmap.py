@@ -27,7 +27,7 @@ MODELS = {
 def model_trace(name: str, sentence: str = "abc defg") -> Trace:
     torch.manual_seed(0)
     model = build_model(MODELS[name], len(TOKENIZER), len(TOKENIZER))
-    generator = model.generator if name == "transformer" else model.decoder.generator
+    generator = model.decoder.generator
     with torch.no_grad():  # letters for outputs, not special tokens
         generator.bias[[PAD_ID, BOS_ID, UNK_ID]] -= 10.0
     generation = GenerationConfig(num_beams=1, max_len_ratio=0, max_len_offset=6)

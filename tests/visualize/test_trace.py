@@ -47,7 +47,7 @@ WITH_ATTENTION = [name for name in MODELS if name != "rnn-none"]
 def translator(name: str) -> Translator:
     torch.manual_seed(0)
     model = build_model(MODELS[name], len(TOKENIZER), len(TOKENIZER))
-    generator = model.generator if name == "transformer" else model.decoder.generator
+    generator = model.decoder.generator
     with torch.no_grad():  # outputs of letters, some ending in </s> and some cut at the limit
         generator.bias[[PAD_ID, BOS_ID, UNK_ID]] -= 10.0
     generation = GenerationConfig(num_beams=1, max_len_ratio=0, max_len_offset=6)
@@ -335,7 +335,7 @@ def test_top_k_lists_only_what_the_search_can_choose():
     chose one; <unk> stays, as the search can pick it."""
     tr = translator("transformer")
     with torch.no_grad():  # make <s>, <pad> and <unk> the most probable tokens everywhere
-        tr.model.generator.bias[[PAD_ID, BOS_ID, UNK_ID]] += 30.0
+        tr.model.decoder.generator.bias[[PAD_ID, BOS_ID, UNK_ID]] += 30.0
     trace = build_trace(tr, SENTENCE, top_k=4)
     hyp = trace.hypotheses[0]
     for step, chosen in zip(hyp.top_k, hyp.tokens):

@@ -61,15 +61,16 @@ def test_each_box_shows_the_models_numbers(chromium, tmp_path, traces, transform
     assert [b.get_attribute("data-box") for b in boxes][:3] == ["embed", "z", "attn_out"]
 
     shown = open_box(driver, "embed")  # x = embedding · √d_model + PE
-    emb = model.src_embed.tokens.weight.detach().numpy()[ids] * model.src_embed.scale
-    pe = model.src_embed.positions.table.double().numpy()[:S]
+    embed = model.encoder.embed
+    emb = embed.tokens.weight.detach().numpy()[ids] * embed.scale
+    pe = embed.positions.table.double().numpy()[:S]
     np.testing.assert_allclose(shown["tokens-scaled"], emb, atol=TOL)
     np.testing.assert_allclose(shown["positional"], pe, atol=TOL)
     np.testing.assert_allclose(shown["x"], emb + pe, atol=TOL)
     screenshot(driver, "block-embed")
 
     previous = None
-    for i, layer in enumerate(model.encoder_layers):
+    for i, layer in enumerate(model.encoder.layers):
         choose(driver, "block-layer", i)
         x = open_box(driver, "embed" if i == 0 else "x")["x"]
         if previous is not None:  # a layer reads the previous layer's output
@@ -116,7 +117,7 @@ def test_the_positional_encoding_its_curves_and_dot_products(
     driver.find_element(*part("tab-block")).click()
     read = "return JSON.parse(arguments[0].dataset.matrix)"
     table = np.array(driver.execute_script(read, driver.find_element(*part("pe-table"))))
-    model_pe = transformer.src_embed.positions.table.double().numpy()[: len(table)]
+    model_pe = transformer.encoder.embed.positions.table.double().numpy()[: len(table)]
     assert table.shape == (32, 16)
     np.testing.assert_allclose(table, model_pe, atol=TOL)
     products = np.array(driver.execute_script(read, driver.find_element(*part("pe-products"))))

@@ -4,17 +4,17 @@ Post-norm models become Marian, pre-norm ones Pegasus: both are the Transformer 
 al. 2017 as ours, embeddings × √d_model plus a fixed sinusoidal table from position 0, ReLU
 feed-forward (activation_function "relu"), no norm on the embeddings; Marian's layers are
 LayerNorm(x + sublayer(x)) with no final norm, Pegasus's x + sublayer(LayerNorm(x)) with a
-final LayerNorm after each stack (our encoder_norm / decoder_norm). Weight by weight:
+final LayerNorm after each stack (our encoder.norm / decoder.norm). Weight by weight:
 
     ours (models/transformer.py)             Marian / Pegasus (modeling_marian.py, _pegasus)
-    src_embed.tokens, tgt_embed.tokens       model.encoder / model.decoder .embed_tokens
-    encoder_layers.i.self_attn parts q/k/v/o model.encoder.layers.i.self_attn.q/k/v/out_proj
-    decoder_layers.i.cross_attn.*            model.decoder.layers.i.encoder_attn.*
+    encoder.embed.tokens, decoder.embed.tokens model.encoder / model.decoder .embed_tokens
+    encoder.layers.i.self_attn parts q/k/v/o model.encoder.layers.i.self_attn.q/k/v/out_proj
+    decoder.layers.i.cross_attn.*            model.decoder.layers.i.encoder_attn.*
     attn_block / self_block .norm            self_attn_layer_norm
     cross_block.norm                         encoder_attn_layer_norm
     feed_forward.net.0, net.3; ff_block.norm fc1, fc2; final_layer_norm
-    encoder_norm, decoder_norm (pre-norm)    model.encoder / model.decoder .layer_norm
-    generator (weight, bias)                 lm_head.weight, final_logits_bias
+    encoder.norm, decoder.norm (pre-norm)    model.encoder / model.decoder .layer_norm
+    decoder.generator (weight, bias)         lm_head.weight, final_logits_bias
 
 Both compute their positional table with the sines in the first half of the dimensions and the
 cosines in the second (PE[pos, i] = sin, PE[pos, D/2 + i] = cos), where ours interleave them
@@ -85,13 +85,14 @@ def _rows(table: torch.Tensor, ours: list[int | None], fill: float) -> torch.Ten
 
 def _vocabulary(model, vocab, perm) -> dict:
     """Embeddings and output layer in the export's token order (export_tokenizer.layout)."""
-    decoder = _rows(model.tgt_embed.tokens.weight, vocab.our_tgt, 0.0)
-    encoder = model.src_embed.tokens.weight[vocab.src_rows()]
+    generator = model.decoder.generator
+    decoder = _rows(model.decoder.embed.tokens.weight, vocab.our_tgt, 0.0)
+    encoder = model.encoder.embed.tokens.weight[vocab.src_rows()]
     return {
         "model.encoder.embed_tokens.weight": encoder[:, perm],
         "model.decoder.embed_tokens.weight": decoder[:, perm],
-        "lm_head.weight": _rows(model.generator.weight, vocab.our_tgt, 0.0)[:, perm],
-        "final_logits_bias": _rows(model.generator.bias, vocab.our_tgt, NEVER).unsqueeze(0),
+        "lm_head.weight": _rows(generator.weight, vocab.our_tgt, 0.0)[:, perm],
+        "final_logits_bias": _rows(generator.bias, vocab.our_tgt, NEVER).unsqueeze(0),
     }
 
 
@@ -101,8 +102,9 @@ def _zero_start(model, positions: int, perm) -> dict:
     The decoder reads x_0 = √D · E[start] + PE[0] first. Marian exports start from a token
     whose row is zero (CTranslate2's converter starts from a zero vector whatever the token),
     so PE'[0] = PE[0] + √D · E[<s>] gives x_0 ours; position 0 is only ever the start."""
-    table = sinusoidal_encoding(positions, model.tgt_embed.tokens.embedding_dim)[:, perm]
-    start = model.tgt_embed.tokens.weight[BOS_ID][perm] * model.tgt_embed.scale  # (D,)
+    embed = model.decoder.embed
+    table = sinusoidal_encoding(positions, embed.tokens.embedding_dim)[:, perm]
+    start = embed.tokens.weight[BOS_ID][perm] * embed.scale  # (D,)
     decoder = table.clone()
     decoder[0] += start
     return {
@@ -120,14 +122,14 @@ def hf_weights(model, model_type: str, vocab, perm, positions: int) -> dict[str,
         out |= _zero_start(model, positions, perm)
     if model_type == "pegasus":  # its shared table, which no forward reads when untied
         out["model.shared.weight"] = out["model.encoder.embed_tokens.weight"]
-        out |= _norm("model.encoder.layer_norm", model.encoder_norm, perm)
-        out |= _norm("model.decoder.layer_norm", model.decoder_norm, perm)
-    for i, layer in enumerate(model.encoder_layers):
+        out |= _norm("model.encoder.layer_norm", model.encoder.norm, perm)
+        out |= _norm("model.decoder.layer_norm", model.decoder.norm, perm)
+    for i, layer in enumerate(model.encoder.layers):
         p = f"model.encoder.layers.{i}"
         out |= _attention(f"{p}.self_attn", layer.self_attn, perm)
         out |= _norm(f"{p}.self_attn_layer_norm", layer.attn_block.norm, perm)
         out |= _feed_forward(p, layer, perm)
-    for i, layer in enumerate(model.decoder_layers):
+    for i, layer in enumerate(model.decoder.layers):
         p = f"model.decoder.layers.{i}"
         out |= _attention(f"{p}.self_attn", layer.self_attn, perm)
         out |= _norm(f"{p}.self_attn_layer_norm", layer.self_block.norm, perm)

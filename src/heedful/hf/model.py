@@ -154,6 +154,9 @@ class HFSeq2Seq(nn.Module):
         name = self.layout.cross_attn if kind == "cross" else self.layout.self_attn
         return [layer.get_submodule(name) for layer in self.hf.get_submodule(layers)]
 
+    def source_lengths(self, src: torch.Tensor) -> torch.Tensor:
+        return (src != PAD_ID).sum(1)  # (B,)
+
     def encode(self, src: torch.Tensor) -> HFMemory:
         return self._encode(src, need_weights=False)[0]
 

@@ -5,7 +5,7 @@ int8 weights. Its Python specification API declares every weight a model needs; 
 fills that declaration from our modules, one line per weight:
 
     ours (models/transformer.py)                 CTranslate2 (specs/transformer_spec.py)
-    src_embed.tokens, tgt_embed.tokens           encoder.embeddings[0], decoder.embeddings
+    encoder.embed.tokens, decoder.embed.tokens   encoder.embeddings[0], decoder.embeddings
     × √d_model (Embedding.scale)                 scale_embeddings = True (× √depth)
     positions (our sinusoidal or learned table)  position_encodings.encodings
     self_attn parts q, k, v                      self_attention.linear[0], fused [Q; K; V]
@@ -14,8 +14,8 @@ fills that declaration from our modules, one line per weight:
     attn_block / self_block / cross_block .norm  self_attention / attention .layer_norm
     feed_forward.net[0], ReLU, net[3]            ffn.linear_0 (activation RELU), ffn.linear_1
     ff_block.norm                                ffn.layer_norm
-    encoder_norm, decoder_norm (pre-norm only)   encoder.layer_norm, decoder.layer_norm
-    generator (tied or not)                      decoder.projection
+    encoder.norm, decoder.norm (pre-norm only)   encoder.layer_norm, decoder.layer_norm
+    decoder.generator (tied or not)              decoder.projection
 
 Our attention has no key bias (attention.py says why), so the fused projections get zeros
 there. CTranslate2 would generate its own sinusoids with the sines and cosines in two halves
@@ -186,20 +186,20 @@ def ctranslate2_spec(model, config: ModelConfig, src_tokenizer, tgt_tokenizer):
         transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.num_heads, **stack),
         transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.num_heads, **stack),
     )
-    encoder, decoder = spec.encoder, spec.decoder
-    _embeddings(encoder, encoder.embeddings[0], model.src_embed, config)
-    for layer_spec, layer in zip(encoder.layer, model.encoder_layers):
+    enc_spec, dec_spec, encoder, decoder = spec.encoder, spec.decoder, model.encoder, model.decoder
+    _embeddings(enc_spec, enc_spec.embeddings[0], encoder.embed, config)
+    for layer_spec, layer in zip(enc_spec.layer, encoder.layers):
         _self_attention(layer_spec.self_attention, layer.self_attn, layer.attn_block.norm)
         _feed_forward(layer_spec.ffn, layer.feed_forward, layer.ff_block.norm)
-    _embeddings(decoder, decoder.embeddings, model.tgt_embed, config)
-    for layer_spec, layer in zip(decoder.layer, model.decoder_layers):
+    _embeddings(dec_spec, dec_spec.embeddings, decoder.embed, config)
+    for layer_spec, layer in zip(dec_spec.layer, decoder.layers):
         _self_attention(layer_spec.self_attention, layer.self_attn, layer.self_block.norm)
         _cross_attention(layer_spec.attention, layer.cross_attn, layer.cross_block.norm)
         _feed_forward(layer_spec.ffn, layer.feed_forward, layer.ff_block.norm)
     if pre_norm:
-        _layer_norm(encoder.layer_norm, model.encoder_norm)
-        _layer_norm(decoder.layer_norm, model.decoder_norm)
-    _linear(decoder.projection, model.generator)  # a copy of tgt_embed's when tied
+        _layer_norm(enc_spec.layer_norm, encoder.norm)
+        _layer_norm(dec_spec.layer_norm, decoder.norm)
+    _linear(dec_spec.projection, decoder.generator)  # a copy of the embedding's when tied
 
     source, target = vocabulary(src_tokenizer), vocabulary(tgt_tokenizer)
     spec.register_source_vocabulary(source)
@@ -210,7 +210,7 @@ def ctranslate2_spec(model, config: ModelConfig, src_tokenizer, tgt_tokenizer):
     spec.config.bos_token = spec.config.decoder_start_token = target[BOS_ID]
     spec.config.eos_token = target[EOS_ID]
     spec.config.add_source_bos = spec.config.add_source_eos = False
-    spec.config.layer_norm_epsilon = model.decoder_layers[0].ff_block.norm.eps  # torch: 1e-5
+    spec.config.layer_norm_epsilon = decoder.layers[0].ff_block.norm.eps  # torch: 1e-5
     spec.validate()
     return spec
 

@@ -31,6 +31,7 @@ from torch import nn
 
 from heedful.data.batching import collate
 from heedful.data.tokenizers import PAD_ID
+from heedful.models.transformer import TransformerDecoder, TransformerEncoder
 
 KINDS = ("encoder", "decoder", "cross")  # self-attention of each stack, then cross-attention
 MAX_SPEC_CHARS = 10_000  # a --heads list longer than this is not a list of heads
@@ -55,13 +56,13 @@ class Head:
 
 def attention_layers(model: nn.Module) -> dict[str, list[nn.Module]]:
     """The multi-head attentions of a Transformer, by kind, in layer order."""
-    encoder, decoder = (
-        getattr(model, "encoder_layers", None),
-        getattr(model, "decoder_layers", None),
-    )
-    if encoder is None or decoder is None or not hasattr(decoder[0], "cross_attn"):
+    encoder, decoder = getattr(model, "encoder", None), getattr(model, "decoder", None)
+    if not (isinstance(encoder, TransformerEncoder) and isinstance(decoder, TransformerDecoder)):
         name = getattr(model, "hf_model_type", None) or type(model).__name__
+        if encoder is not None and decoder is not None:  # an EncoderDecoder of other parts
+            name = f"{type(encoder).__name__} + {type(decoder).__name__}"
         raise HeadError(f"heads are masked in heedful's own Transformers, not in {name}")
+    encoder, decoder = encoder.layers, decoder.layers
     return {
         "encoder": [layer.self_attn for layer in encoder],
         "decoder": [layer.self_attn for layer in decoder],

@@ -1,7 +1,10 @@
-"""What every model offers search, training and visualization: a small Protocol and its outputs.
+"""What every model offers search, training and visualization: a small Protocol, its outputs, and
+the one memory every encoder hands every decoder.
 
 Attention maps share one layout for both families so that one plotting path serves them all:
 an RNN's single attention distribution is simply "layer 1, head 1".
+
+Shapes: B batch, S source positions (tokens or image regions), D their width, L layers, H heads.
 """
 
 from __future__ import annotations
@@ -10,6 +13,50 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+
+Hidden = tuple[torch.Tensor, ...]  # an RNN's state per layer: (h,) GRU, (h, c) LSTM; (layers, B, D)
+
+
+@dataclass
+class Memory:
+    """What an encoder hands a decoder, the same for tokens and pixels, so that any decoder
+    reads any encoder (annotated-transformer's `memory`; torchtune fuses vision the same way).
+    Whatever a decoder derives from it (a Transformer's cross-attention keys and values, an
+    RNN attention's prepared keys) is the decoder's own business, made in its init_state.
+
+    states:         (B, S, D)  one vector per source token or image region
+    mask:           (B, 1, S)  True where a decoder may attend: the real tokens; every region
+    src:            (B, S)     the source ids a copying decoder points at; None for pixels
+    final:          an RNN encoder's final state, for an RNN decoder to start from; None: it
+                    starts from the mean state, as Show, Attend and Tell does from the mean
+                    region (Xu et al. 2015, §3.1.2)
+    self_attention: (B, L, H, S, S)  the encoder's own attention, when asked for and it has one
+    grid:           (gh, gw)  the grid image regions lie on, row-major (models/vision.py); None
+                    for text
+    """
+
+    states: torch.Tensor
+    mask: torch.Tensor
+    src: torch.Tensor | None = None
+    final: Hidden | None = None
+    self_attention: torch.Tensor | None = None
+    grid: tuple[int, int] | None = None
+
+    def index_select(self, index: torch.Tensor) -> Memory:
+        """Rows `index` (a search reorders or drops sentences)."""
+
+        def pick(x: torch.Tensor | None, dim: int = 0) -> torch.Tensor | None:
+            return None if x is None else x.index_select(dim, index)
+
+        final = None if self.final is None else tuple(pick(h, 1) for h in self.final)
+        return Memory(
+            pick(self.states),
+            pick(self.mask),
+            pick(self.src),
+            final,
+            pick(self.self_attention),
+            self.grid,
+        )
 
 
 @dataclass
@@ -46,8 +93,8 @@ class AttentionMaps:
 class Seq2SeqOutput:
     logits: torch.Tensor | None  # (B, T, V); None when asked for features instead (project=False)
     attention: AttentionMaps | None = None  # filled when need_weights=True
-    # a regulariser training adds to its summed loss (an image model's attention penalty,
-    # models/vision.py), or None
+    # a regulariser training adds to its summed loss (the attention penalty of Show, Attend
+    # and Tell, models/encoder_decoder.py), or None
     penalty: torch.Tensor | None = None
     # project=False (a model with `defers_output_layer`): the last hidden states (B, T, D) and
     # the layer that would make them logits, for a loss that never holds all logits at once
@@ -74,6 +121,11 @@ class Seq2SeqModel(Protocol):
     """
 
     pad_id: int
+
+    def source_lengths(self, src: torch.Tensor) -> torch.Tensor:
+        """(B,): how long each source is, which the output limit scales with (ratio · length +
+        offset); 0 for a picture, which has no length (its limit is the offset alone)."""
+        ...
 
     def forward(
         self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False

@@ -1,63 +1,82 @@
-"""build_model: the one place where a config meets the model constructors."""
+"""build_model: the one place where a config meets the model constructors.
+
+A model is EncoderDecoder(encoder, decoder): model.encoder says which encoder reads the source
+(text: the family's own; cnn, vit, torchvision:<name>: pixels, models/vision.py), model.arch
+which decoder writes the target.
+"""
 
 from __future__ import annotations
 
 from torch import nn
 
 from heedful.config import ModelConfig
-from heedful.models.rnn import RNNSeq2Seq
-from heedful.models.transformer import Transformer
+from heedful.models.encoder_decoder import EncoderDecoder
+from heedful.models.rnn import AttentionDecoder, RNNEncoder, make_attention
+from heedful.models.transformer import transformer, transformer_decoder
 
 
 def _transformer_settings(c: ModelConfig, pad_id: int) -> dict:
-    """The Transformer's settings that a text and an image model share: all but the source."""
+    """The Transformer's settings (transformer.Settings) and its decoder's shape."""
     return dict(
         d_model=c.d_model,
         num_heads=c.num_heads,
         num_kv_heads=c.num_kv_heads,
-        decoder_layers=c.decoder_layers,
         d_ff=c.d_ff,
         dropout=c.dropout,
         attention_dropout=c.attention_dropout,
         norm_first=c.norm == "pre",
         positional=c.positional,
         max_positions=c.max_positions,
+        pad_id=pad_id,
         tie_embeddings=c.tie_embeddings,
-        pad_id=pad_id,
     )
 
 
-def _rnn_settings(c: ModelConfig, pad_id: int) -> dict:
-    """The RNN decoder's settings that a text and an image model share."""
-    return dict(
-        embed_size=c.d_model,
-        hidden_size=c.hidden_size,
-        cell=c.rnn_cell,
-        num_layers=c.rnn_layers,
-        attention=c.attention,
-        input_feeding=c.input_feeding,
-        dropout=c.dropout,
-        pad_id=pad_id,
+def _rnn_decoder(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> AttentionDecoder:
+    attention = make_attention(c.attention, c.hidden_size, c.local_window)
+    sizes = (c.d_model, c.hidden_size, c.rnn_cell, c.rnn_layers)  # embed_size is d_model
+    return AttentionDecoder(
+        tgt_vocab_size, *sizes, attention, c.input_feeding, c.dropout, pad_id, c.copy
     )
 
 
-def _transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
+def _text_transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
     settings = _transformer_settings(c, pad_id)
-    return Transformer(src_vocab_size, tgt_vocab_size, encoder_layers=c.encoder_layers, **settings)
+    return transformer(
+        src_vocab_size, tgt_vocab_size, c.encoder_layers, c.decoder_layers, **settings
+    )
 
 
-def _rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
-    text_only = dict(bidirectional=c.bidirectional, local_window=c.local_window, copy=c.copy)
-    return RNNSeq2Seq(src_vocab_size, tgt_vocab_size, **_rnn_settings(c, pad_id), **text_only)
+def _text_rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
+    if c.copy and (c.attention == "none" or src_vocab_size != tgt_vocab_size):
+        raise ValueError(
+            "copy (the pointer-generator) points with attention at source ids that must "
+            "be output ids: it needs attention and one vocabulary for both sides, got "
+            f"attention {c.attention!r} and vocabularies of {src_vocab_size} and "
+            f"{tgt_vocab_size}"
+        )
+    sizes = (c.d_model, c.hidden_size, c.rnn_cell, c.rnn_layers, c.bidirectional, c.dropout)
+    encoder = RNNEncoder(src_vocab_size, *sizes, pad_id)
+    return encoder, _rnn_decoder(c, tgt_vocab_size, pad_id)
 
 
-BUILDERS = {"transformer": _transformer, "rnn": _rnn}
+TEXT_MODELS = {"transformer": _text_transformer, "rnn": _text_rnn}  # (encoder, decoder) by arch
 
 
-def _image_encoder(c: ModelConfig, width: int) -> nn.Module:
-    """The encoder model.encoder names, its regions `width` wide (models/vision.py)."""
+def _pixel_decoder(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> nn.Module:
+    """The family's decoder over image regions; its width is the regions'."""
+    if c.arch == "rnn":
+        return _rnn_decoder(c, tgt_vocab_size, pad_id)
+    settings = _transformer_settings(c, pad_id)
+    return transformer_decoder(tgt_vocab_size, c.decoder_layers, **settings)
+
+
+def _pixel_encoder(c: ModelConfig) -> nn.Module:
+    """The encoder model.encoder names, its regions as wide as the decoder reads them (the
+    Transformer's d_model, the RNN's hidden size); models/vision.py."""
     from heedful.models import vision
 
+    width = c.d_model if c.arch == "transformer" else c.hidden_size
     if c.encoder == "cnn":
         return vision.CNNEncoder(
             width, c.cnn_channels, c.cnn_blocks, c.cnn_coords, c.cnn_layers, c.num_heads, c.d_ff
@@ -79,31 +98,23 @@ def _image_encoder(c: ModelConfig, width: int) -> nn.Module:
     return vision.BackboneEncoder(trunk, channels, width)  # weights: experiment, not here
 
 
-def _captioner(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> nn.Module:
-    """An image encoder under the family's decoder; the source vocabulary has no use."""
-    from heedful.models.vision import ImageRNN, ImageTransformer
-
-    if c.arch == "transformer":
-        encoder = _image_encoder(c, c.d_model)
-        settings = _transformer_settings(c, pad_id)
-        return ImageTransformer(encoder, tgt_vocab_size, c.attention_penalty, **settings)
-    encoder = _image_encoder(c, c.hidden_size)
-    return ImageRNN(encoder, tgt_vocab_size, c.attention_penalty, **_rnn_settings(c, pad_id))
-
-
 def build_model(
     config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0
-) -> nn.Module:
+) -> EncoderDecoder:
     """The model `config` describes. It carries the config as `model.config` (as nanoGPT's
     GPT(config) does), so that code holding a model asks it what it is: `model.config.arch`,
-    `model.config.attention`, never isinstance checks."""
-    if config.encoder != "text":  # a captioning model: images in (models/vision.py)
-        model = _captioner(config, tgt_vocab_size, pad_id)
-        if config.freeze_encoder:  # its trunk never learns (models/frozen.py)
-            from heedful.models.frozen import freeze_trunk, image_encoder
+    `model.config.attention`, never isinstance checks. An image model's source vocabulary has
+    no use."""
+    c = config
+    if c.encoder == "text":
+        encoder, decoder = TEXT_MODELS[c.arch](c, src_vocab_size, tgt_vocab_size, pad_id)
+    else:  # the encoder first, then the decoder: the order their weights are drawn in
+        encoder = _pixel_encoder(c)
+        decoder = _pixel_decoder(c, tgt_vocab_size, pad_id)
+        if c.freeze_encoder:  # its trunk never learns (models/frozen.py)
+            from heedful.models.frozen import freeze_trunk
 
-            freeze_trunk(image_encoder(model))
-    else:
-        model = BUILDERS[config.arch](config, src_vocab_size, tgt_vocab_size, pad_id)
+            freeze_trunk(encoder)
+    model = EncoderDecoder(encoder, decoder, c.attention_penalty)
     model.config = config  # a plain attribute: not a parameter, not in the state dict
     return model

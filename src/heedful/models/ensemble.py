@@ -52,6 +52,9 @@ class Ensemble(nn.Module):
         self.pad_id = members[0].pad_id
         self.config = members[0].config
 
+    def source_lengths(self, src: torch.Tensor) -> torch.Tensor:
+        return self.members[0].source_lengths(src)  # the members read the same source
+
     def forward(
         self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False
     ) -> Seq2SeqOutput:

@@ -30,12 +30,6 @@ from torch import nn
 from heedful.models.vision import BackboneEncoder, CNNEncoder, coordinate_channels
 
 
-def image_encoder(model: nn.Module) -> nn.Module:
-    """The image encoder of a captioning model (ImageTransformer or ImageRNN)."""
-    encoder = getattr(model, "image_encoder", None)
-    return encoder if encoder is not None else model.encoder
-
-
 def trunk_of(encoder: nn.Module) -> nn.Module:
     """The part of an image encoder that freezing stops: a CNN's conv blocks, a backbone's
     stages. A ViT has none (its patch embedding is its projection to D)."""
@@ -103,7 +97,7 @@ def reading_cells(model: nn.Module) -> Iterator[nn.Module]:
     How: an instance attribute `forward` shadows the trunk's class method (nn.Module calls
     self.forward), removed on the way out.
     """
-    encoder = image_encoder(model)
+    encoder = model.encoder  # a captioner's: pixels in
     trunk = trunk_of(encoder)
     coords = getattr(encoder, "coords", None)
     trunk.forward = _unchanged

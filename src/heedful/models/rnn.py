@@ -1,4 +1,5 @@
-"""The RNN encoder-decoder, with or without attention (Sutskever 2014, Bahdanau 2014, Luong 2015).
+"""The RNN encoder and attention decoder, with or without attention (Sutskever 2014, Bahdanau
+2014, Luong 2015); `EncoderDecoder` joins them, and the decoder reads image regions as well.
 
 Without attention the decoder sees the source only through the encoder's final state: one
 fixed-size context vector for a sentence of any length, the bottleneck attention removes. With
@@ -27,11 +28,10 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from heedful.layers.attention import attend, padding_mask
 from heedful.layers.rnn_attention import LuongLocalAttention
 from heedful.layers.scores import RNN_ATTENTIONS, SCORES
-from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
+from heedful.models.base import AttentionMaps, Hidden, Memory, Seq2SeqOutput, StepAttention
 from heedful.models.pointer import CopyGate, pointer_mixture
 
 RNN_CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
-Hidden = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (layers, B, N)
 
 
 def make_attention(kind: str, size: int, window: int = 10) -> nn.Module | None:
@@ -64,9 +64,13 @@ class RNNEncoder(nn.Module):
         )
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, src: torch.Tensor) -> tuple[torch.Tensor, Hidden]:
-        """src (B, S) -> states (B, S, N), final hidden per layer (layers, B, N)"""
-        lengths = (src != self.pad_id).sum(1).clamp(min=1).cpu()
+    def source_lengths(self, src: torch.Tensor) -> torch.Tensor:
+        return (src != self.pad_id).sum(1)  # (B,)
+
+    def forward(self, src: torch.Tensor, need_weights: bool = False) -> Memory:
+        """src (B, S) -> memory: states h̄_s (B, S, N) and the final state per layer (layers, B,
+        N), which the decoder starts from; an RNN has no self-attention to return."""
+        lengths = self.source_lengths(src).clamp(min=1).cpu()
         packed = pack_padded_sequence(
             self.dropout(self.embedding(src)), lengths, batch_first=True, enforce_sorted=False
         )  # packing keeps padding out of the final state
@@ -77,34 +81,22 @@ class RNNEncoder(nn.Module):
             final = tuple(
                 h.view(self.num_layers, 2, *h.shape[1:]).transpose(1, 2).flatten(2) for h in final
             )
-        return states, final
-
-
-@dataclass
-class RNNMemory:
-    states: torch.Tensor  # (B, S, N) encoder states h̄_s
-    mask: torch.Tensor  # (B, 1, S)
-    keys: torch.Tensor | None  # (B, S, A) the attention's query-independent part, or None
-    final: Hidden  # encoder final state per layer
-    src: torch.Tensor | None = None  # (B, S) the source ids, which a copying decoder points at
-
-    def index_select(self, index: torch.Tensor) -> RNNMemory:
-        keys = None if self.keys is None else self.keys[index]
-        final = tuple(h[:, index] for h in self.final)
-        src = None if self.src is None else self.src[index]
-        return RNNMemory(self.states[index], self.mask[index], keys, final, src)
+        return Memory(states, padding_mask(src, self.pad_id), src, final)
 
 
 @dataclass
 class RNNState:
     hidden: Hidden  # decoder RNN state, (layers, B, N) each
     attentional: torch.Tensor | None  # h̃_{t-1} (B, N) with input feeding, else None
+    keys: torch.Tensor | None = None  # (B, S, A) the attention's query-independent part, or None
     step: int = 0  # decoder steps taken: local-m attention centres step t on p_t = t
 
     def index_select(self, index: torch.Tensor, same_sources: bool = False) -> RNNState:
-        # same_sources: as TransformerState's; an RNN state has no per-source part to keep
+        """Rows `index`; same_sources: as TransformerState's, the keys (made from the source
+        alone) stay as they are."""
         fed = None if self.attentional is None else self.attentional[index]
-        return RNNState(tuple(h[:, index] for h in self.hidden), fed, self.step)
+        keys = self.keys if same_sources or self.keys is None else self.keys[index]
+        return RNNState(tuple(h[:, index] for h in self.hidden), fed, keys, self.step)
 
 
 @dataclass
@@ -136,7 +128,9 @@ class DecoderSteps:
 
 
 class AttentionDecoder(nn.Module):
-    """The decoder; `attention=None` makes it the plain fixed-context-vector decoder."""
+    """The decoder, over the states of any encoder (words, image regions); `attention=None`
+    makes it the plain fixed-context-vector decoder. `forward` for training, `step` for search.
+    """
 
     def __init__(
         self,
@@ -169,18 +163,34 @@ class AttentionDecoder(nn.Module):
         self.generator = nn.Linear(hidden_size, vocab_size)
         # See et al. 2017: p_gen from [c_t; h_t; x_t]; it points with the attention
         self.copy_gate = CopyGate(hidden_size, embed_size) if copy else None
+        self.pad_id = pad_id
 
-    def init_hidden(self, final: Hidden) -> Hidden:
-        return tuple(torch.tanh(self.bridge(h)) for h in final)
+    def init_state(self, memory: Memory) -> RNNState:
+        """s_0 = tanh(W_s h_final) for every layer (and an LSTM's cell), Bahdanau et al. 2014,
+        A.2.2, from the encoder's final state or, when it has none (pixels), the mean state
+        (Xu et al. 2015, §3.1.2: h_0 = f(1/S Σ_s a_s)); and the attention's keys, once."""
+        final = memory.final if memory.final is not None else self._mean_state(memory)
+        hidden = tuple(torch.tanh(self.bridge(h)) for h in final)
+        fed = hidden[0].new_zeros(hidden[0].shape[1:]) if self.input_feeding else None
+        keys = None if self.attention is None else self.attention.prepare_keys(memory.states)
+        return RNNState(hidden, fed, keys)
+
+    def _mean_state(self, memory: Memory) -> Hidden:
+        """The mean of the states the mask lets through (B, N), as every layer's final h (and
+        an LSTM's c): (layers, B, N) each."""
+        weights = memory.mask.transpose(1, 2).to(memory.states.dtype)  # (B, S, 1)
+        mean = (memory.states * weights).sum(1) / weights.sum(1)  # (B, N)
+        mean = mean.expand(self.rnn.num_layers, -1, -1)  # (layers, B, N)
+        return (mean, mean) if self.cell == "lstm" else (mean,)
 
     def attend(
-        self, h: torch.Tensor, memory: RNNMemory, step: int
+        self, h: torch.Tensor, memory: Memory, keys: torch.Tensor | None, step: int
     ) -> tuple[torch.Tensor, DecoderSteps]:
         """h (B, T, N) of decoder steps step .. step + T - 1 -> attentional h̃ (B, T, N), and
-        h_t with its attention's parts"""
+        h_t with its attention's parts; keys: the state's prepared keys"""
         if self.attention is None:  # no attention: h̃_t = tanh(W_c h_t)
             return torch.tanh(self.combine(h)), DecoderSteps(h)
-        scores = self.attention.score(h, memory.keys)  # (B, T, S)
+        scores = self.attention.score(h, keys)  # (B, T, S)
         centers = None
         if isinstance(self.attention, LuongLocalAttention):  # it needs to know the step
             positions = torch.arange(step, step + h.size(1), device=h.device).expand(h.shape[:2])
@@ -191,7 +201,7 @@ class AttentionDecoder(nn.Module):
         attentional = torch.tanh(self.combine(torch.cat([h, context], dim=-1)))
         return attentional, DecoderSteps(h, weights, scores, context, centers)
 
-    def forward(self, tgt_in: torch.Tensor, state: RNNState, memory: RNNMemory, project=True):
+    def run(self, tgt_in: torch.Tensor, state: RNNState, memory: Memory, project=True):
         """tgt_in (B, T) -> logits (B, T, V), new state, DecoderSteps of the T steps.
 
         project=False: the output layer's input (B, T, N) in place of the logits, for training
@@ -203,119 +213,49 @@ class AttentionDecoder(nn.Module):
             # h_t depends only on earlier words, so the RNN runs over all T at once and the
             # attention of every step is one batched computation.
             h, hidden = self.rnn(emb, hidden)  # (B, T, N)
-            attentional, steps = self.attend(h, memory, state.step)
+            attentional, steps = self.attend(h, memory, state.keys, state.step)
             fed = None
         else:  # h̃_{t-1} is an input of step t: a loop over time is unavoidable.
             fed, outputs, each_step = state.attentional, [], []
             for t in range(emb.size(1)):
                 step_in = torch.cat([emb[:, t : t + 1], fed.unsqueeze(1)], dim=-1)
                 h, hidden = self.rnn(step_in, hidden)  # (B, 1, N)
-                a, step = self.attend(h, memory, state.step + t)
+                a, step = self.attend(h, memory, state.keys, state.step + t)
                 fed = a[:, 0]
                 outputs.append(a)
                 each_step.append(step)
             attentional, steps = torch.cat(outputs, 1), DecoderSteps.cat(each_step)
         hidden = hidden if isinstance(hidden, tuple) else (hidden,)
+        state = RNNState(hidden, fed, state.keys, state.step + emb.size(1))
         features = self.dropout(attentional)  # (B, T, N)
         if not project:
-            return features, RNNState(hidden, fed, state.step + emb.size(1)), steps
+            return features, state, steps
         logits = self.generator(features)  # (B, T, V)
         if self.copy_gate is not None:  # log P(w) of the pointer-generator, not logits
             p_gen = self.copy_gate(steps.contexts, steps.states, emb)  # (B, T, 1)
             logits = pointer_mixture(logits, p_gen, steps.weights, memory.src)
             steps.p_gen = p_gen[..., 0]  # (B, T)
-        return logits, RNNState(hidden, fed, state.step + emb.size(1)), steps
-
-
-class RNNSeq2Seq(nn.Module):
-    """RNN encoder + attention decoder; offers the same encode/decode_step as the Transformer."""
-
-    def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        embed_size: int = 128,
-        hidden_size: int = 256,
-        cell: str = "gru",
-        num_layers: int = 1,
-        bidirectional: bool = True,
-        attention: str = "bahdanau",
-        input_feeding: bool = False,
-        dropout: float = 0.1,
-        pad_id: int = 0,
-        local_window: int = 10,
-        copy: bool = False,
-    ):
-        super().__init__()
-        if copy and (attention == "none" or src_vocab_size != tgt_vocab_size):
-            raise ValueError(
-                "copy (the pointer-generator) points with attention at source ids that must "
-                "be output ids: it needs attention and one vocabulary for both sides, got "
-                f"attention {attention!r} and vocabularies of {src_vocab_size} and "
-                f"{tgt_vocab_size}"
-            )
-        self.pad_id, self.attention_kind = pad_id, attention  # a name of scores.py, or none
-        self.encoder = RNNEncoder(
-            src_vocab_size,
-            embed_size,
-            hidden_size,
-            cell,
-            num_layers,
-            bidirectional,
-            dropout,
-            pad_id,
-        )
-        self.decoder = AttentionDecoder(
-            tgt_vocab_size,
-            embed_size,
-            hidden_size,
-            cell,
-            num_layers,
-            make_attention(attention, hidden_size, local_window),
-            input_feeding,
-            dropout,
-            pad_id,
-            copy,
-        )
-
-    def encode(self, src: torch.Tensor, need_weights: bool = False) -> RNNMemory:
-        states, final = self.encoder(src)
-        attention = self.decoder.attention
-        keys = attention.prepare_keys(states) if attention is not None else None
-        return RNNMemory(states, padding_mask(src, self.pad_id), keys, final, src)
-
-    def init_state(self, memory: RNNMemory) -> RNNState:
-        hidden = self.decoder.init_hidden(memory.final)
-        fed = hidden[0].new_zeros(hidden[0].shape[1:]) if self.decoder.input_feeding else None
-        return RNNState(hidden, fed)
+        return logits, state, steps
 
     def forward(
-        self,
-        src: torch.Tensor,
-        tgt_in: torch.Tensor,
-        need_weights: bool = False,
-        project: bool = True,
+        self, tgt_in: torch.Tensor, memory: Memory, need_weights=False, project=True
     ) -> Seq2SeqOutput:
-        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V); with need_weights,
-        the attention as layer 1, head 1 (B, 1, 1, T, S) and its parts h_t, scores, c_t.
-        project=False: the states before the output layer and that layer instead of the
-        logits, except for the pointer-generator, which returns its log P(w) as logits."""
-        memory = self.encode(src)
-        project = project or self.decoder.copy_gate is not None
-        out, _, steps = self.decoder(tgt_in, self.init_state(memory), memory, project)
+        """Teacher forcing: tgt_in (B, T) -> logits (B, T, V); with need_weights, the attention
+        as layer 1, head 1 (B, 1, 1, T, S) and its parts h_t, scores, c_t. project=False: the
+        states before the output layer and that layer instead of the logits, except for the
+        pointer-generator, which returns its log P(w) as logits."""
+        project = project or self.copy_gate is not None
+        out, _, steps = self.run(tgt_in, self.init_state(memory), memory, project)
         maps = _maps(steps) if need_weights else None
         if not project:
-            return Seq2SeqOutput(None, maps, features=out, output_layer=self.decoder.generator)
+            return Seq2SeqOutput(None, maps, features=out, output_layer=self.generator)
         return Seq2SeqOutput(out, maps)
 
-    def decode_step(
-        self,
-        memory: RNNMemory,
-        state: RNNState,
-        last_tokens: torch.Tensor,
-        need_weights: bool = True,
+    def step(
+        self, memory: Memory, state: RNNState, last_tokens: torch.Tensor, need_weights=True
     ) -> tuple[torch.Tensor, RNNState, StepAttention | None]:
-        logits, state, steps = self.decoder(last_tokens.unsqueeze(1), state, memory)
+        """One step: last_tokens (B,) -> log-probabilities (B, V) of the next token."""
+        logits, state, steps = self.run(last_tokens.unsqueeze(1), state, memory)
         weights = steps.weights  # (B, 1, S) or None
         step = (
             None

@@ -1,4 +1,5 @@
-"""The Transformer encoder-decoder of Vaswani et al. 2017, with an incremental (cached) decoder.
+"""The Transformer of Vaswani et al. 2017: its encoder of tokens and its decoder, with an
+incremental (cached) decoder; `transformer()` makes the pair, `EncoderDecoder` joins them.
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, L layers, V vocabulary,
 H_kv key/value heads (H unless grouped-query attention: num_kv_heads).
@@ -15,8 +16,7 @@ from torch import nn
 
 from heedful.layers.attention import MultiHeadAttention, causal_mask, padding_mask
 from heedful.layers.positional import POSITIONAL_ENCODINGS
-from heedful.layers.stacked import forget_stacked
-from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
+from heedful.models.base import AttentionMaps, Memory, Seq2SeqOutput, StepAttention
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys and values, (B, H_kv, len, D/H) each
 
@@ -205,19 +205,6 @@ class Embedding(nn.Module):
 
 
 @dataclass
-class TransformerMemory:
-    states: torch.Tensor  # (B, S, D) encoder output
-    src_mask: torch.Tensor  # (B, 1, S)
-    self_attention: torch.Tensor | None = None  # (B, L, H, S, S)
-
-    def index_select(self, index: torch.Tensor) -> TransformerMemory:
-        pick = None if self.self_attention is None else self.self_attention.index_select(0, index)
-        return TransformerMemory(
-            self.states.index_select(0, index), self.src_mask.index_select(0, index), pick
-        )
-
-
-@dataclass
 class TransformerState:
     cross_kv: list[KV]  # per layer, computed once per sentence
     self_kv: list[KV | None]  # per layer, grows by one position each step (KVCache in search)
@@ -240,122 +227,170 @@ class TransformerState:
         return TransformerState(cross, [pick(kv) for kv in self.self_kv], self.position)
 
 
-class Transformer(nn.Module):
-    """Encoder-decoder Transformer; `forward` for training, `encode`/`decode_step` for search."""
+def run_encoder_layers(layers, x: torch.Tensor, mask: torch.Tensor, need_weights: bool):
+    """x (B, S, D) through EncoderLayers, mask (B, 1, S) -> x, and with need_weights their
+    self-attention (B, L, H, S, S) (else None). The pixel encoders' layers run here too."""
+    all_weights = []
+    for layer in layers:
+        x, weights = layer(x, mask, need_weights)
+        all_weights.append(weights)
+    return x, (torch.stack(all_weights, dim=1) if need_weights and all_weights else None)
+
+
+class TransformerEncoder(nn.Module):
+    """The encoder of tokens (§3.1): embedding and positions, N encoder layers and, after a
+    pre-norm stack, a LayerNorm of its own (post-norm layers already end normalised)."""
+
+    def __init__(self, embed: Embedding, layers: list[EncoderLayer], norm_first: bool):
+        super().__init__()
+        self.embed, self.layers = embed, nn.ModuleList(layers)
+        self.norm = nn.LayerNorm(embed.tokens.embedding_dim) if norm_first else nn.Identity()
+        self.pad_id = embed.tokens.padding_idx
+
+    def source_lengths(self, src: torch.Tensor) -> torch.Tensor:
+        return (src != self.pad_id).sum(1)  # (B,)
+
+    def forward(self, src: torch.Tensor, need_weights: bool = False) -> Memory:
+        """src (B, S) -> memory (B, S, D), with the self-attention (B, L, H, S, S) if asked"""
+        mask = padding_mask(src, self.pad_id)  # (B, 1, S)
+        x, weights = run_encoder_layers(self.layers, self.embed(src), mask, need_weights)
+        return Memory(self.norm(x), mask, src, self_attention=weights)
+
+
+class TransformerDecoder(nn.Module):
+    """The decoder (§3.1): embedding and positions, N decoder layers that each attend over the
+    memory, a LayerNorm after a pre-norm stack, and the output layer to the vocabulary (the
+    "generator", annotated-transformer's name). `forward` for training, `step` for search."""
 
     def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 512,
-        num_heads: int = 8,
-        encoder_layers: int = 6,
-        decoder_layers: int = 6,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        norm_first: bool = False,
-        positional: str = "sinusoidal",
-        max_positions: int = 512,
-        tie_embeddings: bool = False,
-        pad_id: int = 0,
-        num_kv_heads: int | None = None,
+        self, embed: Embedding, layers: list[DecoderLayer], norm_first: bool, tie: bool = False
     ):
         super().__init__()
-        self.pad_id = pad_id
-        emb = (d_model, pad_id, positional, max_positions, dropout)
-        self.src_embed = Embedding(src_vocab_size, *emb)
-        self.tgt_embed = Embedding(tgt_vocab_size, *emb)
-        layer = (d_model, num_heads, d_ff, dropout, norm_first, attention_dropout, num_kv_heads)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer) for _ in range(encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer) for _ in range(decoder_layers))
-        # Pre-norm stacks end with a norm of their own; post-norm layers already end normalised.
-        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        self.generator = nn.Linear(d_model, tgt_vocab_size)
-        if tie_embeddings:  # Press & Wolf 2017: one matrix for target embedding and output
-            self.generator.weight = self.tgt_embed.tokens.weight
-        for name, p in self.named_parameters():
-            if p.dim() > 1 and "tokens" not in name and "positions" not in name:
-                nn.init.xavier_uniform_(p)
+        self.embed, self.layers = embed, nn.ModuleList(layers)
+        d_model, vocab_size = embed.tokens.embedding_dim, embed.tokens.num_embeddings
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.generator = nn.Linear(d_model, vocab_size)
+        if tie:  # Press & Wolf 2017: one matrix for target embedding and output
+            self.generator.weight = self.embed.tokens.weight
+        self.pad_id = embed.tokens.padding_idx
 
-    def encode(self, src: torch.Tensor, need_weights: bool = False) -> TransformerMemory:
-        """src (B, S) -> memory (B, S, D)"""
-        forget_stacked(self)  # a search's weights are fixed from here on (stacked.py)
-        src_mask = padding_mask(src, self.pad_id)  # (B, 1, S)
-        x, all_weights = self.src_embed(src), []
-        for layer in self.encoder_layers:
-            x, weights = layer(x, src_mask, need_weights)
-            all_weights.append(weights)
-        stacked = torch.stack(all_weights, dim=1) if need_weights else None  # (B, L, H, S, S)
-        return TransformerMemory(self.encoder_norm(x), src_mask, stacked)
-
-    def _cross_kv(self, memory: TransformerMemory) -> list[KV]:
-        return [
-            layer.cross_attn.project_kv(memory.states, memory.states)
-            for layer in self.decoder_layers
+    def init_state(self, memory: Memory) -> TransformerState:
+        """The memory's keys and values for every layer's cross-attention, once per sentence."""
+        cross_kv = [  # per layer (k, v), each (B, H_kv, S, D/H)
+            layer.cross_attn.project_kv(memory.states, memory.states) for layer in self.layers
         ]
+        return TransformerState(cross_kv, [None] * len(self.layers))
 
-    def _decode(self, x, cross_kv, src_mask, tgt_mask, past, need_weights, project=True):
-        """Run the decoder stack over embedded target positions x (B, T, D) -> logits, or the
-        final states (B, T, D) when not `project`."""
+    def _run(self, x, state: TransformerState, memory, tgt_mask, need_weights, project=True):
+        """The stack over embedded target positions x (B, T, D) -> logits (B, T, V), or the
+        final states (B, T, D) when not `project`; the keys and values of every layer's
+        positions so far; self (B, L, H, T, T_all) and cross (B, L, H, T, S) weights or None."""
         new_past, self_ws, cross_ws = [], [], []
-        for layer, kv, layer_past in zip(self.decoder_layers, cross_kv, past):
-            x, layer_kv, self_w, cross_w = layer(
-                x, kv, src_mask, tgt_mask, layer_past, need_weights
-            )
+        for layer, kv, past in zip(self.layers, state.cross_kv, state.self_kv):
+            x, layer_kv, self_w, cross_w = layer(x, kv, memory.mask, tgt_mask, past, need_weights)
             new_past.append(layer_kv)
             self_ws.append(self_w)
             cross_ws.append(cross_w)
-        x = self.decoder_norm(x)
-        logits = self.generator(x) if project else x  # (B, T, V) or (B, T, D)
+        x = self.norm(x)
+        out = self.generator(x) if project else x  # (B, T, V) or (B, T, D)
         if not need_weights:
-            return logits, new_past, None, None
-        return (
-            logits,
-            new_past,
-            torch.stack(self_ws, 1),
-            torch.stack(cross_ws, 1),
-        )  # (B, L, H, T, *)
+            return out, new_past, None, None
+        return out, new_past, torch.stack(self_ws, 1), torch.stack(cross_ws, 1)  # (B, L, H, T, *)
 
     def forward(
-        self,
-        src: torch.Tensor,
-        tgt_in: torch.Tensor,
-        need_weights: bool = False,
-        project: bool = True,
+        self, tgt_in: torch.Tensor, memory: Memory, need_weights=False, project=True
     ) -> Seq2SeqOutput:
-        """Teacher forcing: src (B, S), tgt_in (B, T) = <s> y1 .. y_{T-1} -> logits (B, T, V);
-        project=False: the states before the output layer instead, and that layer."""
-        memory = self.encode(src, need_weights)
+        """Teacher forcing: tgt_in (B, T) = <s> y1 .. y_{T-1} -> logits (B, T, V); project=False:
+        the states before the output layer instead, and that layer."""
         tgt_mask = causal_mask(tgt_in.size(1), tgt_in.device)  # (T, T)
-        x = self.tgt_embed(tgt_in)
-        past = [None] * len(self.decoder_layers)
-        out, _, self_w, cross_w = self._decode(
-            x, self._cross_kv(memory), memory.src_mask, tgt_mask, past, need_weights, project
+        state = self.init_state(memory)
+        out, _, self_w, cross_w = self._run(
+            self.embed(tgt_in), state, memory, tgt_mask, need_weights, project
         )
-        maps = AttentionMaps(cross_w, memory.self_attention, self_w) if need_weights else None
+        maps = AttentionMaps(cross_w, decoder=self_w) if need_weights else None
         if not project:
             return Seq2SeqOutput(None, maps, features=out, output_layer=self.generator)
         return Seq2SeqOutput(out, maps)
 
-    def init_state(self, memory: TransformerMemory) -> TransformerState:
-        return TransformerState(self._cross_kv(memory), [None] * len(self.decoder_layers))
-
-    def decode_step(
-        self,
-        memory: TransformerMemory,
-        state: TransformerState,
-        last_tokens: torch.Tensor,
-        need_weights: bool = True,
+    def step(
+        self, memory: Memory, state: TransformerState, last_tokens: torch.Tensor, need_weights=True
     ) -> tuple[torch.Tensor, TransformerState, StepAttention | None]:
         """One new position: last_tokens (B,) -> log-probabilities (B, V) of the next token."""
-        x = self.tgt_embed(last_tokens.unsqueeze(1), offset=state.position)  # (B, 1, D)
+        x = self.embed(last_tokens.unsqueeze(1), offset=state.position)  # (B, 1, D)
         # No mask needed for self-attention: the cache holds only past positions.
-        past = [KVCache.of(kv) for kv in state.self_kv]
-        logits, past, self_w, cross_w = self._decode(
-            x, state.cross_kv, memory.src_mask, None, past, need_weights
-        )
+        past = TransformerState(state.cross_kv, [KVCache.of(kv) for kv in state.self_kv])
+        logits, past, self_w, cross_w = self._run(x, past, memory, None, need_weights)
         state = TransformerState(state.cross_kv, past, state.position + 1)
         weights = StepAttention(cross_w[:, :, :, 0], self_w[:, :, :, 0]) if need_weights else None
         return logits[:, 0].log_softmax(-1), state, weights
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every part of one Transformer shares; the defaults are the paper's base model."""
+
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    norm_first: bool = False
+    positional: str = "sinusoidal"
+    max_positions: int = 512
+    pad_id: int = 0
+    num_kv_heads: int | None = None
+
+    def embedding(self, vocab_size: int) -> Embedding:
+        s = self
+        return Embedding(vocab_size, s.d_model, s.pad_id, s.positional, s.max_positions, s.dropout)
+
+    def layers(self, kind: type, count: int) -> list[nn.Module]:
+        """`count` EncoderLayers or DecoderLayers."""
+        s = self
+        sizes = (s.d_model, s.num_heads, s.d_ff, s.dropout, s.norm_first, s.attention_dropout)
+        return [kind(*sizes, s.num_kv_heads) for _ in range(count)]
+
+
+def xavier_init(module: nn.Module) -> nn.Module:
+    """Xavier-uniform (Glorot & Bengio 2010) for every matrix but the embeddings and learned
+    positions, which keep N(0, 1/d_model) and N(0, 0.02²); as annotated-transformer's
+    make_model initialises its parts."""
+    for name, p in module.named_parameters():
+        if p.dim() > 1 and "tokens" not in name and "positions" not in name:
+            nn.init.xavier_uniform_(p)
+    return module
+
+
+def transformer_decoder(
+    vocab_size: int, num_layers: int = 6, tie_embeddings: bool = False, **settings
+) -> TransformerDecoder:
+    """The decoder alone, for an encoder of another kind (pixels: models/vision.py);
+    settings: those of Settings."""
+    s = Settings(**settings)
+    decoder = TransformerDecoder(
+        s.embedding(vocab_size), s.layers(DecoderLayer, num_layers), s.norm_first, tie_embeddings
+    )
+    return xavier_init(decoder)
+
+
+def transformer(
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    encoder_layers: int = 6,
+    decoder_layers: int = 6,
+    tie_embeddings: bool = False,
+    **settings,
+) -> tuple[TransformerEncoder, TransformerDecoder]:
+    """Vaswani et al. 2017's encoder and decoder of tokens; settings: those of Settings.
+
+    The parts are made in the order the one Transformer module made them before they became
+    two (both embeddings, the encoder layers, the decoder layers, the output layer, then the
+    Xavier draws), so that a seed gives the weights it gave.
+    """
+    s = Settings(**settings)
+    src_embed, tgt_embed = s.embedding(src_vocab_size), s.embedding(tgt_vocab_size)
+    encoder = TransformerEncoder(src_embed, s.layers(EncoderLayer, encoder_layers), s.norm_first)
+    decoder = TransformerDecoder(
+        tgt_embed, s.layers(DecoderLayer, decoder_layers), s.norm_first, tie_embeddings
+    )
+    return xavier_init(encoder), xavier_init(decoder)

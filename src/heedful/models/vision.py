@@ -1,11 +1,12 @@
-"""Attention over images: encoders that turn a picture into a sequence of region vectors, and
-the captioning models that decode words from them with the text models' own decoders.
+"""Attention over images: encoders that turn a picture into a sequence of region vectors, the
+memory the text models' own decoders read (a captioner is EncoderDecoder(pixel encoder,
+decoder), built by build.py).
 
 Show, Attend and Tell (Xu et al. 2015) captions an image with the RNN decoder of Bahdanau et al.
 2014 attending over the cells of a CNN's last feature map instead of over source words; the
 Vision Transformer (Dosovitskiy et al. 2021) cuts the image into patches and feeds them, with
 positions, to the Transformer encoder. Either way the decoder sees what it sees for text: a
-memory of S vectors with a mask, here all true (no region is padding).
+Memory of S vectors with a mask, here all true (no region is padding), and the grid.
 
 Regions lie on a gh×gw grid and are flattened row-major: region s = i·gw + j covers image rows
 [i·H/gh, (i+1)·H/gh) and columns [j·W/gw, (j+1)·W/gw).
@@ -17,16 +18,13 @@ Transformer's d_model, the RNN's hidden size N), T target length, L layers, H he
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from heedful.layers.positional import sinusoidal_encoding
-from heedful.layers.stacked import forget_stacked
-from heedful.models.base import Seq2SeqOutput
-from heedful.models.rnn import RNNMemory, RNNSeq2Seq
-from heedful.models.transformer import EncoderLayer, Transformer, TransformerMemory
+from heedful.models.base import Memory
+from heedful.models.transformer import EncoderLayer, run_encoder_layers
 
 
 class VisionError(ValueError):
@@ -52,14 +50,19 @@ def sinusoidal_encoding_2d(
     return table.reshape(grid_h * grid_w, d_model).to(dtype)
 
 
-@dataclass
-class Regions:
-    """An encoder's output: states (B, S, D), the grid (gh, gw) they lie on, and the encoder's
-    self-attention (B, L, H, S, S) when asked for and it has one (ViT), else None."""
+def regions(states: torch.Tensor, grid, self_attention: torch.Tensor | None = None) -> Memory:
+    """A pixel encoder's output as every decoder reads it: states (B, S, D) on the grid
+    (gh, gw), the mask (B, 1, S) all true (every region may be attended to), no source ids and
+    no final state (an RNN decoder starts from the mean region), and the encoder's own
+    self-attention (B, L, H, S, S) when asked for and it has one."""
+    mask = torch.ones(states.size(0), 1, states.size(1), dtype=torch.bool, device=states.device)
+    return Memory(states, mask, self_attention=self_attention, grid=grid)
 
-    states: torch.Tensor
-    grid: tuple[int, int]
-    self_attention: torch.Tensor | None = None
+
+def no_length(images: torch.Tensor) -> torch.Tensor:
+    """(B,) zeros: a picture has no length for an output limit to scale with (its limit is
+    the offset alone); every pixel encoder's source_lengths."""
+    return torch.zeros(images.size(0), dtype=torch.long, device=images.device)
 
 
 def _to_regions(feature_map: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
@@ -121,18 +124,18 @@ class CNNEncoder(nn.Module):
             side //= 2  # each max-pool floors
         return side, side
 
-    def forward(self, images: torch.Tensor, need_weights: bool = False) -> Regions:
-        """images (B, 3, H, W) -> Regions (B, S, D), with self-attention (B, L, H, S, S) when
+    source_lengths = staticmethod(no_length)
+
+    def forward(self, images: torch.Tensor, need_weights: bool = False) -> Memory:
+        """images (B, 3, H, W) -> regions (B, S, D), with self-attention (B, L, H, S, S) when
         it has encoder layers and need_weights"""
         if self.coords:
             images = torch.cat([images, coordinate_channels(images)], 1)  # (B, 5, H, W)
         cells, grid = _to_regions(self.features(images))  # (B, S, C)
         pe = sinusoidal_encoding_2d(*grid, self.d_model).to(cells.device, cells.dtype)
         x = self.project(cells) + pe  # (B, S, D)
-        if not len(self.layers):
-            return Regions(x, grid)
         x, weights = ViTEncoder.run(self.layers, x, need_weights)
-        return Regions(x, grid, weights)
+        return regions(x, grid, weights)
 
 
 def coordinate_channels(images: torch.Tensor) -> torch.Tensor:
@@ -188,24 +191,20 @@ class ViTEncoder(nn.Module):
 
     @staticmethod
     def run(layers: nn.ModuleList, x: torch.Tensor, need_weights: bool):
-        """x (B, S, D) through the stack, every region attending to all -> x, weights
-        (B, L, H, S, S) or None."""
+        """x (B, S, D) through the stack (and its final LayerNorm), every region attending to
+        all -> x, weights (B, L, H, S, S) or None."""
         mask = torch.ones(x.size(0), 1, x.size(1), dtype=torch.bool, device=x.device)  # (B, 1, S)
-        weights = []
-        for layer in layers:
-            if isinstance(layer, nn.LayerNorm):
-                x = layer(x)
-                continue
-            x, w = layer(x, mask, need_weights)
-            weights.append(w)
-        stacked = torch.stack(weights, 1) if need_weights and weights else None  # (B, L, H, S, S)
-        return x, stacked
+        norm = len(layers) > 0 and isinstance(layers[-1], nn.LayerNorm)
+        x, weights = run_encoder_layers(layers[:-1] if norm else layers, x, mask, need_weights)
+        return (layers[-1](x) if norm else x), weights
 
     def grid(self, image_size: int) -> tuple[int, int]:
         return image_size // self.patch_size, image_size // self.patch_size
 
-    def forward(self, images: torch.Tensor, need_weights: bool = False) -> Regions:
-        """images (B, 3, H, W) -> Regions (B, S, D), with self-attention (B, L, H, S, S)"""
+    source_lengths = staticmethod(no_length)
+
+    def forward(self, images: torch.Tensor, need_weights: bool = False) -> Memory:
+        """images (B, 3, H, W) -> regions (B, S, D), with self-attention (B, L, H, S, S)"""
         x, grid = _to_regions(self.embed(images))  # (B, S, D)
         if x.size(1) != self.positions.size(0):
             raise ValueError(
@@ -214,7 +213,7 @@ class ViTEncoder(nn.Module):
             )
         x = self.dropout(x + self.positions.to(x.dtype))
         x, weights = self.run(self.layers, x, need_weights)
-        return Regions(x, grid, weights)
+        return regions(x, grid, weights)
 
 
 class BackboneEncoder(nn.Module):
@@ -233,10 +232,13 @@ class BackboneEncoder(nn.Module):
         shape = _meta_shape(self.trunk, probe)  # (1, C, h, w)
         return shape[2], shape[3]
 
-    def forward(self, images: torch.Tensor, need_weights: bool = False) -> Regions:
+    source_lengths = staticmethod(no_length)
+
+    def forward(self, images: torch.Tensor, need_weights: bool = False) -> Memory:
+        """images (B, 3, H, W) -> regions (B, S, D); a trunk has no attention to return"""
         cells, grid = _to_regions(self.trunk(images))  # (B, S, C)
         pe = sinusoidal_encoding_2d(*grid, self.d_model).to(cells.device, cells.dtype)
-        return Regions(self.project(cells) + pe, grid)
+        return regions(self.project(cells) + pe, grid)
 
 
 def _meta_shape(module: nn.Module, probe: torch.Tensor) -> tuple[int, ...]:
@@ -274,89 +276,3 @@ def torchvision_trunk(name: str) -> tuple[nn.Module, int]:
         f"model.encoder torchvision:{name}: heedful knows no feature map of it (it reads "
         "ResNet-like models' last stage and other models' .features)"
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Captioning models: the text models' decoders over the regions
-# ---------------------------------------------------------------------------------------------
-
-
-def attention_penalty(cross: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor:
-    """Show, Attend and Tell's doubly stochastic regulariser (Xu et al. 2015, eq. 14), summed
-    over the batch: Σ_b Σ_s (1 − Σ_t α_bts)², so that every region is looked at over the caption.
-
-    cross (B, L, H, T, S): α, averaged over layers and heads (an RNN has one of each);
-    target_mask (B, T): True at real target positions (padding steps do not attend).
-    """
-    alpha = cross.mean(dim=(1, 2)) * target_mask[..., None]  # (B, T, S)
-    return ((1.0 - alpha.sum(1)) ** 2).sum()  # Σ_t then Σ_s, Σ_b
-
-
-def _penalized(model, forward, src, tgt_in, need_weights: bool) -> Seq2SeqOutput:
-    """forward(src, tgt_in, need_weights) with λ·penalty as out.penalty while training."""
-    penalize = model.training and model.attention_penalty > 0
-    out = forward(src, tgt_in, need_weights or penalize)
-    if penalize:
-        mask = tgt_in != model.pad_id  # (B, T)
-        out.penalty = model.attention_penalty * attention_penalty(out.attention.cross, mask)
-        out.attention = out.attention if need_weights else None
-    return out
-
-
-def _all_regions(states: torch.Tensor) -> torch.Tensor:
-    """The memory mask (B, 1, S): every region may be attended to."""
-    return torch.ones(states.size(0), 1, states.size(1), dtype=torch.bool, device=states.device)
-
-
-class ImageTransformer(Transformer):
-    """An image encoder (CNN, ViT, backbone) under the Transformer's decoder: `encode` takes
-    images (B, 3, H, W) instead of ids; forward, init_state and decode_step are the
-    Transformer's own, cross-attending over the regions."""
-
-    def __init__(self, image_encoder: nn.Module, tgt_vocab_size: int, attention_penalty=0.0, **kw):
-        super().__init__(1, tgt_vocab_size, encoder_layers=0, **kw)
-        self.src_embed = None  # images have no tokens to embed
-        self.encoder_norm = nn.Identity()  # the image encoder normalises its own output
-        self.image_encoder = image_encoder
-        self.attention_penalty = attention_penalty
-
-    def grid(self, image_size: int) -> tuple[int, int]:
-        return self.image_encoder.grid(image_size)
-
-    def encode(self, src: torch.Tensor, need_weights: bool = False) -> TransformerMemory:
-        """src (B, 3, H, W) images -> memory (B, S, D) over all regions"""
-        forget_stacked(self)  # a search's weights are fixed from here on (stacked.py)
-        regions = self.image_encoder(src, need_weights)
-        states = regions.states
-        return TransformerMemory(states, _all_regions(states), regions.self_attention)
-
-    def forward(self, src, tgt_in, need_weights: bool = False) -> Seq2SeqOutput:
-        return _penalized(self, super().forward, src, tgt_in, need_weights)
-
-
-class ImageRNN(RNNSeq2Seq):
-    """Show, Attend and Tell: the RNN attention decoder over the regions, its initial state
-    from the mean region vector (Xu et al. 2015, §3.1.2: h_0 = f(1/S Σ_s a_s); here the
-    decoder's bridge, tanh(W_s ·), for every layer, and for an LSTM's cell as well)."""
-
-    def __init__(self, image_encoder: nn.Module, tgt_vocab_size: int, attention_penalty=0.0, **kw):
-        super().__init__(1, tgt_vocab_size, bidirectional=False, **kw)
-        self.encoder = image_encoder  # in place of the RNN encoder of words
-        self.attention_penalty = attention_penalty
-        self.num_layers, self.cell = kw.get("num_layers", 1), kw.get("cell", "gru")
-
-    def grid(self, image_size: int) -> tuple[int, int]:
-        return self.encoder.grid(image_size)
-
-    def encode(self, src: torch.Tensor, need_weights: bool = False) -> RNNMemory:
-        """src (B, 3, H, W) -> memory: regions (B, S, N) and their mean as the final state"""
-        forget_stacked(self)  # a ViT's layers stack their Q, K, V (stacked.py)
-        states = self.encoder(src).states  # (B, S, N)
-        mean = states.mean(1).expand(self.num_layers, -1, -1)  # (layers, B, N)
-        final = (mean, mean) if self.cell == "lstm" else (mean,)
-        attention = self.decoder.attention
-        keys = attention.prepare_keys(states) if attention is not None else None
-        return RNNMemory(states, _all_regions(states), keys, final, None)
-
-    def forward(self, src, tgt_in, need_weights: bool = False) -> Seq2SeqOutput:
-        return _penalized(self, super().forward, src, tgt_in, need_weights)

@@ -45,12 +45,12 @@ class Hypothesis:
         return [bos_id, *self.produced(eos_id)[:-1]]
 
 
-def max_output_lengths(src: torch.Tensor, pad_id: int, ratio: float, offset: int) -> torch.Tensor:
-    """Per-sentence output limit, ratio · source length + offset (B,)."""
+def max_output_lengths(lengths: torch.Tensor, ratio: float, offset: int) -> torch.Tensor:
+    """Per-sentence output limit, ratio · source length + offset, at least 1 (B,), from the
+    lengths the model measures (model.source_lengths: 0 for a picture, whose limit is the
+    offset)."""
     # in float64, as GenerationConfig.max_output_length computes it for one sentence
-    if src.is_floating_point():  # images (B, 3, H, W): no source length, the limit is the offset
-        return torch.full((src.size(0),), max(1, int(offset)), device=src.device)
-    return ((src != pad_id).sum(1).double() * ratio + offset).long().clamp(min=1)
+    return (lengths.double() * ratio + offset).long().clamp(min=1)
 
 
 @torch.no_grad()
@@ -110,7 +110,7 @@ def _one_path(model, src, bos_id, eos_id, ratio_offset, prefix, choose) -> list[
     generator draws what it drew before for each sentence.
     """
     batch, device = src.size(0), src.device
-    limits = max_output_lengths(src, model.pad_id, *ratio_offset)  # (B,)
+    limits = max_output_lengths(model.source_lengths(src), *ratio_offset)  # (B,)
     forced = prefix_tensor(prefix, device, limits)
     memory = model.encode(src)
     state = model.init_state(memory)
@@ -342,7 +342,7 @@ def beam_search(
     batch, k, device = src.size(0), beam_size, src.device
     if batch == 0:
         return []
-    limits = max_output_lengths(src, model.pad_id, max_len_ratio, max_len_offset)  # (B,)
+    limits = max_output_lengths(model.source_lengths(src), max_len_ratio, max_len_offset)  # (B,)
     forced = prefix_tensor(prefix, device, limits)  # (B, P) or None, within the limits
     memory = model.encode(src)
     tile = torch.arange(batch, device=device).repeat_interleave(k)  # (B·K,) each sentence K times

@@ -42,7 +42,7 @@ from heedful.data.images import ImageTransform
 from heedful.data.sentencepiece_model import fill_vocabulary
 from heedful.data.tokenizers import Tokenizer
 from heedful.models.build import build_model
-from heedful.models.frozen import Trunk, cells_to_map, image_encoder, reading_cells
+from heedful.models.frozen import Trunk, cells_to_map, reading_cells
 from heedful.training.inputs import given_tokenizer, resumed, same_tokenizer
 from heedful.training.loop import Distributed
 from heedful.training.state import seed_generators
@@ -104,7 +104,7 @@ def _model(config: Config, latest: Path | None, items, transform, echo=print, gi
     if config.model.encoder_weights is not None:
         from heedful.models.pretrained import load_backbone_weights
 
-        load_backbone_weights(image_encoder(model), config.model.encoder_weights)
+        load_backbone_weights(model.encoder, config.model.encoder_weights)
     return model, ImageSource(transform), tgt_tok
 
 
@@ -192,7 +192,7 @@ def _sources(config: Config, model, splits, transform, folder, device, echo) -> 
     from heedful.data.features import cached_features
 
     grid = model.grid(config.model.image_size)
-    trunk = Trunk(image_encoder(model)).to(device)  # the model's own modules, on the device
+    trunk = Trunk(model.encoder).to(device)  # the model's own modules, on the device
     loads = []
     for name, items in zip(("training", "validation"), splits):
         try:

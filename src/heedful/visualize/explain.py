@@ -75,7 +75,7 @@ class _Head:
 
 def _attention_module(model, kind: str, layer: int | None, head: int | None):
     """The layer block and the MultiHeadAttention of `kind`, with 0-based layer and head."""
-    layers = model.encoder_layers if kind == "encoder" else model.decoder_layers
+    layers = (model.encoder if kind == "encoder" else model.decoder).layers
     where = "encoder" if kind == "encoder" else "decoder"
     layer = len(layers) if layer is None else layer
     li = check_index("layer", layer, len(layers), f"{where} layer")
@@ -119,7 +119,7 @@ def _input_section(model, kind: str, li: int, h: _Head, read: list[str]) -> Sect
     """Step 1: the layer's input x, and what the projections read of it."""
     x = h.captured["layer"][0][0]  # (positions, D)
     stack = "encoder" if kind == "encoder" else "decoder"
-    embed = model.src_embed if kind == "encoder" else model.tgt_embed
+    embed = (model.encoder if kind == "encoder" else model.decoder).embed
     if li == 0:
         title = "1. The layer's input x: embeddings + positional encoding"
         what = (
@@ -142,7 +142,7 @@ def _input_section(model, kind: str, li: int, h: _Head, read: list[str]) -> Sect
 
 def _norm_first(model) -> bool:
     """Pre-norm (True) or post-norm, the same in every layer of a model."""
-    return model.encoder_layers[0].attn_block.norm_first
+    return model.encoder.layers[0].attn_block.norm_first
 
 
 def _what_q_reads(kind: str, norm_first: bool) -> tuple[str, str]:

@@ -65,9 +65,9 @@ def internals_size(config, source_length: int, output_lengths: list[int]) -> int
 def _attention_modules(model: nn.Module) -> dict[str, nn.Module]:
     """The Transformer's attentions by the trace's names: encoder, decoder, cross."""
     return {
-        "encoder": [layer.self_attn for layer in model.encoder_layers],
-        "decoder": [layer.self_attn for layer in model.decoder_layers],
-        "cross": [layer.cross_attn for layer in model.decoder_layers],
+        "encoder": [layer.self_attn for layer in model.encoder.layers],
+        "decoder": [layer.self_attn for layer in model.decoder.layers],
+        "cross": [layer.cross_attn for layer in model.decoder.layers],
     }
 
 
@@ -90,7 +90,7 @@ def recording(model: nn.Module) -> Iterator[dict]:
         return hook
 
     if model.config.arch == "transformer":
-        attn = model.decoder_layers[0].self_attn  # every attention of a model groups alike
+        attn = model.decoder.layers[0].self_attn  # every attention of a model groups alike
         if attn.num_kv_heads != attn.num_heads:
             captured[("kv", None, "heads")] = [attn.kv_head(h) for h in range(attn.num_heads)]
         for kind, modules in _attention_modules(model).items():
@@ -100,7 +100,7 @@ def recording(model: nn.Module) -> Iterator[dict]:
                     handles.append(linear.register_forward_hook(hook))
         handles += _block_hooks(model, captured)
     else:
-        handles.append(model.encoder.register_forward_hook(keep("encoder")))
+        handles.append(model.encoder.register_forward_hook(keep("encoder", _states)))
         handles.append(model.decoder.combine.register_forward_hook(keep("combine")))
         for side in ("encoder", "decoder"):
             embedding = getattr(model, side).embedding
@@ -110,6 +110,11 @@ def recording(model: nn.Module) -> Iterator[dict]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _states(memory) -> torch.Tensor:
+    """The encoder states h̄_s (1, S, N) of the memory an RNN encoder returns."""
+    return memory.states
 
 
 def _block_hooks(model: nn.Module, captured: dict) -> list:
@@ -128,10 +133,9 @@ def _block_hooks(model: nn.Module, captured: dict) -> list:
     def first_output(inputs, output):
         return output[0] if isinstance(output, tuple) else output
 
-    handles = [
-        model.src_embed.tokens.register_forward_hook(keep(("block", None, "tokens"), first_output))
-    ]
-    for i, layer in enumerate(model.encoder_layers):
+    embed = model.encoder.embed
+    handles = [embed.tokens.register_forward_hook(keep(("block", None, "tokens"), first_output))]
+    for i, layer in enumerate(model.encoder.layers):
         w_o = layer.self_attn.parts()["o"]  # reads the heads side by side, writes the output
         watched = {  # name -> (module, which end of it)
             "x": (layer, first_input),
@@ -161,13 +165,14 @@ def block_internals(captured: dict, model: nn.Module, decimals: int) -> dict:
     zeros = torch.zeros(1, pe_positions(config, s), d, device=tokens.device, dtype=tokens.dtype)
     layers = [
         {name: rounded(captured[("block", i, name)][0][0], decimals) for name in BLOCK_TENSORS}
-        for i in range(len(model.encoder_layers))
+        for i in range(len(model.encoder.layers))
     ]
+    embed = model.encoder.embed
     return {
         "norm": "pre" if config.norm == "pre" else "post",
-        "scale": round(model.src_embed.scale, 12),
+        "scale": round(embed.scale, 12),
         "tokens": rounded(tokens, decimals),
-        "positional": rounded(model.src_embed.positions(zeros)[0], decimals),
+        "positional": rounded(embed.positions(zeros)[0], decimals),
         "layers": layers,
     }
 
