@@ -19,6 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from heedful.checkpoint.names import earlier_order
+from heedful.checkpoint.weights import weights_header
 from heedful.config import TrainConfig
 from heedful.io import CheckpointError, atomic_write_json, read_json, readable_as_created
 
@@ -72,12 +74,26 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     the target embedding is also the output projection when tied. Without decay, one group of
     every parameter in model order, as before the split, so older checkpoints still resume.
     """
-    params = [p for p in model.parameters() if p.requires_grad]  # a frozen trunk's are not
+    params = dict(model.named_parameters())
+    groups = [[params[name] for name in names] for names in group_names(model, weight_decay)]
     if weight_decay == 0:
-        return [{"params": params}]
+        return [{"params": groups[0]}]
     return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        {"params": groups[0], "weight_decay": weight_decay},
+        {"params": groups[1], "weight_decay": 0.0},
+    ]
+
+
+def group_names(model: nn.Module, weight_decay: float, order: list[str] | None = None):
+    """The names of parameter_groups' parameters, group by group, listed in `order` (the
+    model's by default); a frozen trunk's parameters are in none."""
+    params = dict(model.named_parameters())
+    names = [name for name in (order or params) if params[name].requires_grad]
+    if weight_decay == 0:
+        return [names]
+    return [
+        [name for name in names if params[name].dim() >= 2],
+        [name for name in names if params[name].dim() < 2],
     ]
 
 
@@ -123,11 +139,13 @@ class TrainProgress:
 
 @dataclass
 class TrainState:
-    """The optimizer, its schedule and the progress of one run: fresh at step 0, or resumed."""
+    """The optimizer, its schedule and the progress of one run: fresh at step 0, or resumed.
+    `parameters`: the name of each parameter the optimizer numbers, in its order."""
 
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     progress: TrainProgress
+    parameters: list[str]
 
     @classmethod
     def fresh(cls, model: nn.Module, config: TrainConfig) -> TrainState:
@@ -139,21 +157,44 @@ class TrainState:
     def resume(cls, directory: Path, model: nn.Module, config: TrainConfig) -> TrainState:
         """The state a checkpoint holds (see `save`), the random generators restored too."""
         state = cls._new(model, config, TrainProgress())
-        info = read_training_state(Path(directory), state.optimizer, state.scheduler)
+        saved = _saved_parameters(Path(directory), model, config.weight_decay)
+        info = read_training_state(
+            Path(directory), state.optimizer, state.scheduler, saved, state.parameters
+        )
         state.progress = TrainProgress(**info["progress"])
         return state
 
     @classmethod
     def _new(cls, model: nn.Module, config: TrainConfig, progress: TrainProgress) -> TrainState:
         optimizer = make_optimizer(model, config)
-        state = cls(optimizer, None, progress)
+        names = [name for group in group_names(model, config.weight_decay) for name in group]
+        state = cls(optimizer, None, progress, names)
         state.scheduler = make_scheduler(optimizer, config, lambda: state.progress.seconds)
         return state
 
     def save(self, directory: Path, **info) -> None:
         """Write the training state files into `directory` (a checkpoint being staged)."""
-        info = {"progress": asdict(self.progress), **info}
+        info = {"progress": asdict(self.progress), "optimizer_parameters": self.parameters, **info}
         write_training_state(Path(directory), self.optimizer, self.scheduler, info)
+
+
+def _saved_parameters(directory: Path, model: nn.Module, weight_decay: float) -> list[str]:
+    """The names of the parameters the checkpoint's optimizer state numbers: those it lists,
+    or, in a checkpoint written before it listed them, those of the model that wrote it, in
+    that model's order (checkpoint/names.py: the earlier weight names say which model)."""
+    info = read_json(directory / "training_state.json")
+    if isinstance(info, dict) and "optimizer_parameters" in info:
+        names = info["optimizer_parameters"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise CheckpointError(
+                f"{directory / 'training_state.json'}: optimizer_parameters must be the list "
+                "of the parameters' names"
+            )
+        return names
+    weights = directory / "model.safetensors"
+    written = weights_header(weights) if weights.is_file() else {}
+    order = earlier_order(list(dict(model.named_parameters())), written)
+    return [name for group in group_names(model, weight_decay, order) for name in group]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,8 +251,16 @@ def write_training_state(
     )
 
 
-def read_training_state(directory: Path, optimizer: torch.optim.Optimizer, scheduler) -> dict:
-    """Restore optimizer, scheduler and RNGs; returns the JSON info (progress, metrics, ...)."""
+def read_training_state(
+    directory: Path,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    saved: list[str] | None = None,
+    names: list[str] | None = None,
+) -> dict:
+    """Restore optimizer, scheduler and RNGs; returns the JSON info (progress, metrics, ...).
+    saved, names: the parameter of each number in the checkpoint's optimizer state and in
+    `optimizer`, when they may differ (the state is renumbered by name)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -231,12 +280,28 @@ def read_training_state(directory: Path, optimizer: torch.optim.Optimizer, sched
     for key, value in info["optimizer_scalars"].items():
         param_id, name = key.split(".", 1)
         param_states.setdefault(int(param_id), {})[name] = value
+    if saved is not None and names is not None and saved != names:
+        param_states = _renumbered(directory, param_states, saved, names)
     optimizer.load_state_dict(
         {"state": param_states, "param_groups": info["optimizer_param_groups"]}
     )
     scheduler.load_state_dict({**scheduler.state_dict(), **info["scheduler"]})
     restore_rng(tensors)
     return info
+
+
+def _renumbered(directory: Path, states: dict[int, dict], saved: list[str], names: list[str]):
+    """The per-parameter states numbered by `names` instead of `saved` (the same parameters
+    in another order: a model whose modules were reordered, checkpoint/names.py)."""
+    where = {name: i for i, name in enumerate(saved)}
+    if sorted(where) != sorted(names):
+        unknown = sorted(set(names) ^ set(where))
+        raise CheckpointError(
+            f"{directory}: its optimizer state is of other parameters than this model's "
+            f"({unknown[:3]}); resume with the config it was trained with, or use --force to "
+            "start over"
+        )
+    return {i: states[where[name]] for i, name in enumerate(names) if where[name] in states}
 
 
 def _check_groups(directory: Path, saved: list[dict], optimizer: torch.optim.Optimizer) -> None:
