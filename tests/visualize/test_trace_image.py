@@ -151,6 +151,24 @@ def test_the_png_command_names_a_missing_picture(models, tmp_path):
     assert result.exit_code == 2 and "is not an image file" in result.output
 
 
+def hover(driver, element, away) -> None:
+    """Put the pointer on `element`, deterministically: scrolled to the middle of the viewport
+    first (so the centre the driver measures is where it stays), reached in one jump from
+    `away` (ActionChains' default glides 250 ms from wherever the pointer was, and every word
+    chip on its way fires its mouseenter), and waited for until the viewer marks it hovered.
+    The element must not move when hovered: the words once sat under the explanation, which
+    hovering shortens from two lines to one, so the chips rose by their own height from under
+    the pointer and the hover flickered off (the flaky failure of this test in full runs)."""
+    from selenium.webdriver import ActionChains
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    before = element.rect
+    ActionChains(driver, duration=0).move_to_element(away).move_to_element(element).perform()
+    WebDriverWait(driver, 10).until(lambda d: "hovered" in element.get_attribute("class"))
+    assert element.rect == before  # still under the pointer
+
+
 CELLS = """
 const cells = Array.from(arguments[0].children);
 return cells.map((c) => ({w: +c.dataset.weight, alpha: +getComputedStyle(c).backgroundColor
@@ -183,14 +201,16 @@ def test_the_viewer_overlays_the_current_and_the_hovered_words_regions(
         assert [c["top"] for c in cells].index(True) == int(cross[t].argmax())
     word = 2
     chip = driver.find_elements("css selector", '[data-part="image-words"] .tok')[word]
-    ActionChains(driver).move_to_element(chip).perform()
+    hover(driver, chip, away=driver.find_element(*part("image-explain")))
     cells = driver.execute_script(CELLS, cells_part)
     np.testing.assert_allclose([c["w"] for c in cells], cross[word], atol=1e-6)
     lit = np.flatnonzero([c["lit"] for c in cells])
     np.testing.assert_array_equal(lit, np.flatnonzero(cross[word] >= 0.5 * cross[word].max()))
     assert "hovered" in chip.get_attribute("class")
     screenshot(driver, "viewer-image-hover", full_page=False)
-    ActionChains(driver).move_to_element(driver.find_element(*part("image-explain"))).perform()
+    ActionChains(driver, duration=0).move_to_element(
+        driver.find_element(*part("image-explain"))
+    ).perform()
     cells = driver.execute_script(CELLS, cells_part)  # back to the current step's word
     np.testing.assert_allclose([c["w"] for c in cells], cross[len(cross) - 1], atol=1e-6)
     assert not any(c["lit"] for c in cells)
