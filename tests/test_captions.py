@@ -90,6 +90,27 @@ def test_captions_through_the_cli(demo, pictures):
     assert two.exit_code == 0 and two.output.count("\t") == 1
 
 
+def test_prefixes_reach_captions_through_python_and_the_cli(demo, tmp_path, pictures):
+    """The one Translator forces a caption's beginning as it forces a translation's; `heedful
+    translate MODEL image ... --prefix FILE` reads one beginning per image."""
+    from heedful.inference.translator import load_ensemble
+
+    _, paths = pictures
+    translator = heedful.load(demo.model_dir)
+    forced = translator.translate(paths[:2], prefixes=["a small", None])
+    assert forced[0].text.startswith("a small")
+    assert forced[1].text == translator.translate(paths[1:2])[0].text  # None: no prefix
+    (tmp_path / "prefixes.txt").write_text("a small\n\n")
+    command = ["translate", str(demo.model_dir), *map(str, paths[:2])]
+    result = CliRunner().invoke(main, [*command, "--prefix", str(tmp_path / "prefixes.txt")])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [t.text for t in forced]
+    result = CliRunner().invoke(main, [*command, "--prefix", "tsv"])
+    assert result.exit_code == 2 and "one beginning per image" in result.output
+    with pytest.raises(ValueError, match="model 1 of the ensemble reads pictures"):
+        load_ensemble([demo.model_dir, demo.model_dir])
+
+
 def test_text_and_image_models_refuse_the_other_input(demo, tmp_path, pictures):
     _, paths = pictures
     translator = heedful.load(demo.model_dir, quantize="int8")  # a quantized image model

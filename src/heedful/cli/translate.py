@@ -85,8 +85,8 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
     "prefix_path",
     type=FILE,
     default=None,
-    help="FILE of target beginnings, one per input line (an empty line: none), or 'tsv': each "
-    "input line is SOURCE<TAB>PREFIX. Every output starts with its prefix.",
+    help="FILE of target beginnings, one per input line or image (an empty line: none), or "
+    "'tsv': each input line is SOURCE<TAB>PREFIX. Every output starts with its prefix.",
 )
 @language_options
 @search_options
