@@ -40,6 +40,7 @@ class Source(Protocol):
     kind: str  # "text" | "image": what translate() takes
     slot: str  # its file in a model directory
     grid: tuple[int, int] | None  # a picture's gh × gw regions; None for text
+    vocab_size: int | None  # rows of the model's source embedding; None for pictures
 
     def for_model(self, model) -> Source: ...  # as `model` reads it (an image's grid)
     def inputs(self, items: Sequence) -> list: ...  # a list of inputs; one alone is refused
@@ -75,9 +76,6 @@ class TextSource:
 
     def blank(self, item: str) -> bool:
         return not item.strip()
-
-    def encode(self, item: str) -> list[int]:
-        return self.tokenizer.encode(item)
 
     def length(self, item: str) -> int:
         return len(self.tokenizer.encode(item))
