@@ -6,7 +6,7 @@
 
 CNN + RNN decoder with Bahdanau attention (Show, Attend and Tell), CNN + Transformer decoder,
 and ViT + Transformer decoder, each trained by `heedful demo --task captions --model NAME`'s
-own code (demo_captions.run_caption_demo) on 20,000 generated scenes, then scored on the same
+own code (demo/run.py's run_demo, task captions) on 20,000 generated scenes, then scored on the same
 1,000 held-out scenes: exact match and BLEU-1..4 (sacreBLEU, one reference per scene).
 
 With a time budget the columns compare what each model learns in that wall-clock time, which
@@ -37,12 +37,12 @@ MODELS = ("cnn-rnn-bahdanau", "cnn-transformer", "vit-transformer")
 
 
 def run(name: str, steps: int | None, seconds: float | None, work: Path) -> dict:
-    from heedful.demo.captions import run_caption_demo
+    from heedful.demo.run import run_demo
 
     load_before, cpu_before = os.getloadavg()[0], time.process_time()
-    result = run_caption_demo(
+    result = run_demo(
         name, work / name, max_steps=steps, max_time=seconds if steps is None else 10**9,
-        progress=False, echo=lambda line: print(f"[{name}] {line}", flush=True),
+        progress=False, echo=lambda line: print(f"[{name}] {line}", flush=True), task="captions",
     )  # fmt: skip
     log = [json.loads(line) for line in (work / name / "metrics.jsonl").open()]
     return {

@@ -91,10 +91,10 @@ def image_shots(driver, model: Path, tmp: Path) -> None:
     and a patch's attention rollout (docs/img/viewer-image*.png)."""
     from PIL import Image
 
-    from heedful.inference.captioner import Captioner
+    from heedful.inference.translator import Translator
     from heedful.tasks.scenes import SceneSet
     from heedful.visualize.html import render_html
-    from heedful.visualize.trace_image import build_image_trace
+    from heedful.visualize.trace import build_trace
 
     scenes = SceneSet(50, seed=1, split=1)  # the demo's held-out stream
     j = next(j for j, s in enumerate(scenes.scenes) if len(s.shapes) == 2)
@@ -103,7 +103,7 @@ def image_shots(driver, model: Path, tmp: Path) -> None:
     overlay = IMG / "captions-overlay.png"
     command = [sys.executable, "-m", "heedful", "attention", str(model), str(scene)]
     subprocess.run([*command, "--png", str(overlay)], check=True)
-    page = render_html(build_image_trace(Captioner.load(model), scene))
+    page = render_html(build_trace(Translator.load(model), scene))
     capture(driver, page, "image", "replay-image", "viewer.setStep(2);")
     choose = f"{part('image-mode')}.value = 'rollout'; {part('image-mode')}.dispatchEvent("
     choose += "new Event('change'));\n"

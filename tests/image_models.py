@@ -18,8 +18,8 @@ def image_model_dir(out: Path, encoder: str = "vit", seed: int = 1) -> Path:
     with Bahdanau attention (Show, Attend and Tell)."""
     from heedful.checkpoint.model_dir import save_model_dir
     from heedful.config import GenerationConfig, ModelConfig
-    from heedful.data.image_pairs import ImageSource
     from heedful.data.images import ImageTransform
+    from heedful.data.sources import ImageSource
     from heedful.data.tokenizers import SPECIALS, CharTokenizer
     from heedful.models.build import build_model
 

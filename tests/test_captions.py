@@ -17,9 +17,13 @@ from image_models import scene_files
 import heedful
 from heedful.checkpoint.model_dir import CheckpointError, load_model_dir
 from heedful.cli import main
-from heedful.demo.captions import run_caption_demo
-from heedful.inference.captioner import Captioner
+from heedful.demo.run import run_demo
+from heedful.inference.translator import Translator
 from heedful.tasks.scenes import SceneSet
+
+
+def run_caption_demo(model_name, out, **options):
+    return run_demo(model_name, out, task="captions", **options)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +51,7 @@ def pictures(tmp_path_factory):
 def test_the_short_demo_runs_end_to_end(demo):
     assert demo.steps == 3 and demo.stopped_by == "max_steps"
     assert 0.0 <= demo.exact_match <= 1.0 and set(demo.bleu) >= {"bleu1", "bleu4"}
-    assert demo.overlay.is_file() and demo.overlay.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert demo.heatmap.is_file() and demo.heatmap.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (demo.model_dir / "config.json").is_file()
     assert len(demo.examples) == 8
 
@@ -61,21 +65,22 @@ def test_the_demo_command_knows_the_captions_models():
 def test_captions_through_python_have_attention_over_the_grid(demo, pictures):
     scenes, paths = pictures
     captioner = heedful.load(demo.model_dir)
-    assert isinstance(captioner, Captioner) and captioner.grid() == (6, 6)
-    from_files = captioner.caption(paths, need_weights=True)
-    from_arrays = captioner.caption([scenes.pixels(i) for i in range(3)])
+    assert isinstance(captioner, Translator) and captioner.source.grid == (6, 6)
+    from_files = captioner.translate(paths, need_weights=True)
+    from_arrays = captioner.translate([scenes.pixels(i) for i in range(3)])
     assert [c.text for c in from_files] == [c.text for c in from_arrays]
     first = from_files[0]
     assert first.grid == (6, 6)
     assert first.attention.shape == (len(first.tokens), 1, 1, 36)  # (T, L, H, S)
     torch.testing.assert_close(first.weights().sum(-1), torch.ones(len(first.tokens)))
     assert first.attention_grid().shape == (len(first.tokens), 6, 6)
-    assert captioner.translate(paths[:1])[0].text == first.text  # the Translator's name too
+    with pytest.raises(TypeError, match="a list of images, not one image"):
+        captioner.translate(paths[0])
 
 
 def test_captions_through_the_cli(demo, pictures):
     _, paths = pictures
-    expected = [c.text for c in heedful.load(demo.model_dir).caption(paths)]
+    expected = [c.text for c in heedful.load(demo.model_dir).translate(paths)]
     for command in ("caption", "translate"):
         result = CliRunner().invoke(main, [command, str(demo.model_dir), *map(str, paths)])
         assert result.exit_code == 0, result.output
@@ -85,9 +90,30 @@ def test_captions_through_the_cli(demo, pictures):
     assert two.exit_code == 0 and two.output.count("\t") == 1
 
 
+def test_prefixes_reach_captions_through_python_and_the_cli(demo, tmp_path, pictures):
+    """The one Translator forces a caption's beginning as it forces a translation's; `heedful
+    translate MODEL image ... --prefix FILE` reads one beginning per image."""
+    from heedful.inference.translator import load_ensemble
+
+    _, paths = pictures
+    translator = heedful.load(demo.model_dir)
+    forced = translator.translate(paths[:2], prefixes=["a small", None])
+    assert forced[0].text.startswith("a small")
+    assert forced[1].text == translator.translate(paths[1:2])[0].text  # None: no prefix
+    (tmp_path / "prefixes.txt").write_text("a small\n\n")
+    command = ["translate", str(demo.model_dir), *map(str, paths[:2])]
+    result = CliRunner().invoke(main, [*command, "--prefix", str(tmp_path / "prefixes.txt")])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [t.text for t in forced]
+    result = CliRunner().invoke(main, [*command, "--prefix", "tsv"])
+    assert result.exit_code == 2 and "one beginning per image" in result.output
+    with pytest.raises(ValueError, match="model 1 of the ensemble reads pictures"):
+        load_ensemble([demo.model_dir, demo.model_dir])
+
+
 def test_text_and_image_models_refuse_the_other_input(demo, tmp_path, pictures):
     _, paths = pictures
-    translator = heedful.load(demo.model_dir, quantize="int8")  # the text path, explicitly
+    translator = heedful.load(demo.model_dir, quantize="int8")  # a quantized image model
     with pytest.raises(ValueError, match="image captioning model"):
         translator.translate(["a sentence"])
     result = CliRunner().invoke(main, ["translate", str(demo.model_dir)], input="text\n")
@@ -109,9 +135,12 @@ def test_the_model_directory_round_trips(demo, tmp_path, pictures):
     from heedful.checkpoint.model_dir import save_model_dir
 
     loaded = load_model_dir(demo.model_dir)
-    assert loaded.src_tokenizer.kind == "image" and loaded.src_tokenizer.transform.size == 48
+    assert loaded.source.kind == "image" and loaded.source.transform.size == 48
+    assert (demo.model_dir / "transform.json").is_file()  # the image slot, not tokenizer.src
+    assert not (demo.model_dir / "tokenizer.src").exists()
+    assert "src_vocab_size" not in json.loads((demo.model_dir / "config.json").read_text())
     again = save_model_dir(
-        tmp_path / "again", loaded.model, loaded.model_config, loaded.src_tokenizer,
+        tmp_path / "again", loaded.model, loaded.model_config, loaded.source,
         loaded.tgt_tokenizer, loaded.generation,
     )  # fmt: skip
     reloaded = load_model_dir(again)
@@ -120,9 +149,23 @@ def test_the_model_directory_round_trips(demo, tmp_path, pictures):
     ):
         assert torch.equal(a, b), name
     _, paths = pictures
-    assert [c.text for c in Captioner.load(again).caption(paths)] == [
-        c.text for c in Captioner.load(demo.model_dir).caption(paths)
-    ]
+    before = legacy(demo.model_dir, tmp_path / "legacy")  # as an earlier heedful wrote it
+    texts = [[c.text for c in Translator.load(d).translate(paths)] for d in (again, before)]
+    now = [c.text for c in Translator.load(demo.model_dir).translate(paths)]
+    assert texts[0] == texts[1] == now
+
+
+def legacy(model_dir, out):
+    """A copy of an image model's directory as heedful wrote it before transform.json: the
+    transform in tokenizer.src, as JSON of "kind": "image"; src_vocab_size the specials'."""
+    import shutil
+
+    shutil.copytree(model_dir, out)
+    transform = json.loads((out / "transform.json").read_text())
+    (out / "tokenizer.src").write_text(json.dumps({"kind": "image", "transform": transform}))
+    (out / "transform.json").unlink()
+    _edit_json(out / "config.json", lambda j: j.update(src_vocab_size=4))
+    return out
 
 
 def _edit_json(path, change):
@@ -131,9 +174,46 @@ def _edit_json(path, change):
     path.write_text(json.dumps(data))
 
 
-# Hostile image-model directories: what tokenizer.src (the ImageTransform) and config.json's
+# Hostile image-model directories: what transform.json (the ImageTransform), tokenizer.src of a
+# directory an earlier heedful wrote (the transform as JSON of "kind": "image") and config.json's
 # image keys may hold. Each must end in a CheckpointError naming the file.
 HOSTILE = {
+    "row0-empty-source": (lambda d: (d / "transform.json").write_text(""), "transform.json"),
+    "row0-truncated-source": (
+        lambda d: (d / "transform.json").write_text('{"size": 48, "me'),
+        "transform.json",
+    ),
+    "row0-wrong-type-transform": (
+        lambda d: (d / "transform.json").write_text("[48]"),
+        "expected an object",
+    ),
+    "row0-non-finite-mean": (
+        lambda d: (d / "transform.json").write_text('{"size": 48, "mean": [NaN, 0, 0]}'),
+        "transform.json",
+    ),
+    "row0-huge-size": (
+        lambda d: _edit_json(d / "transform.json", lambda j: j.update(size=10**9)),
+        "size must be a whole number",
+    ),
+    "row0-wrong-encoding": (
+        lambda d: (d / "transform.json").write_bytes(b'{"size": 48, "x": "\xff\xfe"}'),
+        "transform.json",
+    ),
+    "row0-missing": (lambda d: (d / "transform.json").unlink(), "missing transform.json"),
+    "unknown-transform-field": (
+        lambda d: _edit_json(d / "transform.json", lambda j: j.update(gamma=2)),
+        "unknown field 'gamma'",
+    ),
+    "size-unlike-the-config": (
+        lambda d: _edit_json(d / "transform.json", lambda j: j.update(size=64)),
+        "model.image_size is 48",
+    ),
+    "text-tokenizer-in-the-image-slot": (
+        lambda d: (d / "transform.json").write_text('{"kind": "char", "vocab": []}'),
+        "unknown field 'kind'",
+    ),
+}
+LEGACY = {  # the same faults in tokenizer.src, where an earlier heedful kept the transform
     "row0-empty-source": (lambda d: (d / "tokenizer.src").write_text(""), "tokenizer.src"),
     "row0-truncated-source": (
         lambda d: (d / "tokenizer.src").write_text('{"kind": "image", "transf'),
@@ -169,6 +249,12 @@ HOSTILE = {
         lambda d: _edit_json(d / "tokenizer.src", lambda j: j["transform"].update(size=64)),
         "model.image_size is 48",
     ),
+    "text-tokenizer-in-an-image-model": (
+        lambda d: (d / "tokenizer.src").write_text('{"kind": "char", "vocab": []}'),
+        "a text model",
+    ),
+}
+CONFIG = {  # either layout's config.json
     "unknown-encoder": (
         lambda d: _edit_json(d / "config.json", lambda j: j["model"].update(encoder="pixels")),
         "model.encoder",
@@ -183,23 +269,24 @@ HOSTILE = {
         ),
         "config.json",
     ),
-    "text-tokenizer-in-an-image-model": (
-        lambda d: (d / "tokenizer.src").write_text('{"kind": "char", "vocab": []}'),
-        "a text model",
-    ),
 }
+CASES = [("now", name) for name in {**HOSTILE, **CONFIG}]
+CASES += [("legacy", name) for name in {**LEGACY, **CONFIG}]
 
 
-@pytest.mark.parametrize("case", HOSTILE)
-def test_hostile_image_model_directories(case, demo, tmp_path, pictures):
+@pytest.mark.parametrize("layout, case", CASES)
+def test_hostile_image_model_directories(layout, case, demo, tmp_path, pictures):
     import shutil
 
-    damage, message = HOSTILE[case]
+    damage, message = {**(HOSTILE if layout == "now" else LEGACY), **CONFIG}[case]
     model_dir = tmp_path / "model"
-    shutil.copytree(demo.model_dir, model_dir)
+    if layout == "now":
+        shutil.copytree(demo.model_dir, model_dir)
+    else:
+        legacy(demo.model_dir, model_dir)
     damage(model_dir)
     with pytest.raises(CheckpointError, match=re.escape(message)):
-        Captioner.load(model_dir)
+        Translator.load(model_dir)
     result = CliRunner().invoke(main, ["caption", str(model_dir), str(pictures[1][0])])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert message.split()[0] in result.output
@@ -238,7 +325,7 @@ generation: {{num_beams: 1, max_len_ratio: 0.0, max_len_offset: 20}}
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     validation = [m for m in metrics if "bleu" in m]
     assert validation and {"loss", "bleu", "bleu1", "exact_match"} <= set(validation[-1])
-    captions = heedful.load(tmp_path / "run" / "latest").caption(
+    captions = heedful.load(tmp_path / "run" / "latest").translate(
         [np.zeros((30, 20, 3), np.uint8)]  # another size: resized as files are
     )
     assert isinstance(captions[0].text, str)
@@ -311,7 +398,7 @@ def test_the_default_model_s_directory_round_trips(tmp_path, pictures):
     layers = {k.split(".")[2] for k in loaded.model.state_dict() if k.startswith("encoder.layers.")}
     assert len(layers) == config.cnn_layers + 1  # the layers and the stack's final LayerNorm
     _, paths = pictures
-    first, second = (Captioner.load(result.model_dir).caption(paths) for _ in range(2))
+    first, second = (Translator.load(result.model_dir).translate(paths) for _ in range(2))
     assert [c.text for c in first] == [c.text for c in second]
 
 

@@ -18,10 +18,10 @@ from heedful.cli import main
 from heedful.config import GenerationConfig, SearchSettings, load_config
 from heedful.config.search import call_settings
 from heedful.data.tokenizers import CharTokenizer
-from heedful.inference.captioner import Captioner
 from heedful.inference.engine import (
     CLI,
     HTTP,
+    PICTURES,
     PYTHON,
     SEARCH,
     Capabilities,
@@ -35,7 +35,7 @@ from heedful.models.build import build_model
 from heedful.visualize.trace import build_trace
 
 MODEL = Path(__file__).resolve().parent / "golden" / "models" / "transformer"
-ENGINES = (Translator, CTranslate2Translator, Captioner)
+ENGINES = (Translator, CTranslate2Translator)
 
 
 DEFAULT = SearchSettings()
@@ -54,7 +54,16 @@ def test_every_engine_declares_the_engine_protocol():
         assert callable(engine.translate)
     assert Translator.capabilities == Capabilities()  # everything
     assert not CTranslate2Translator.capabilities.attention
-    assert not Captioner.capabilities.prefixes and Captioner.capabilities.attention
+    # pictures: the same search, prefixes and attention; no internals (a token encoder's)
+    assert PICTURES == Capabilities(internals=False, instead=PICTURES.instead)
+
+
+def test_an_image_models_translator_declares_what_pictures_can_do(tmp_path):
+    from image_models import image_model_dir
+
+    translator = Translator.load(image_model_dir(tmp_path / "vit", "vit"))
+    assert translator.source.kind == "image" and translator.capabilities is PICTURES
+    assert Translator.load(MODEL).capabilities == Capabilities()
 
 
 def test_the_old_name_is_the_same_type():
@@ -91,9 +100,10 @@ def test_what_an_engine_honours_passes_and_only_a_change_is_refused():
     check_supported("ctranslate2", ct2, replace(beam, temperature=0.5))  # read by sample only
     with pytest.raises(Unsupported, match="^--sample and --prefix need the torch engine"):
         check_supported("ctranslate2", ct2, replace(beam, sample=True), names=CLI)
-    with pytest.raises(Unsupported, match="^--prefix needs a text model"):
-        check_supported("torch", Captioner.capabilities, beam, prefixes=True, names=CLI)
-    check_supported("torch", Captioner.capabilities, replace(beam, sample=True))  # it samples
+    check_supported("torch", PICTURES, beam, prefixes=True, names=CLI)  # pictures take both
+    check_supported("torch", PICTURES, replace(beam, sample=True))
+    with pytest.raises(Unsupported, match="^internals=True needs a text model"):
+        check_supported("torch", PICTURES, beam, internals=True)
     assert active(replace(beam, temperature=0.5)) == SEARCH  # read only when sampling
     assert active(replace(beam, sample=True, seed=2)) == SEARCH | {"sample", "seed"}
 

@@ -24,7 +24,7 @@ from heedful.models.frozen import (
     trunk_of,
 )
 from heedful.models.vision import BackboneEncoder, CNNEncoder, ViTEncoder
-from heedful.training.captions_task import _model, _read, make_caption_validator
+from heedful.training.captions_task import CaptionValidation, _model, _read
 from heedful.training.experiment import train_from_config
 
 STEPS = 6
@@ -226,8 +226,9 @@ def test_a_damaged_entry_is_rebuilt_and_training_does_not_change(data, tmp_path)
 
 def test_a_cached_run_s_model_directory_captions_pictures(data, tmp_path):
     from heedful.data.features import cached_features
-    from heedful.inference.captioner import Captioner
+    from heedful.data.image_pairs import FileImages
     from heedful.inference.translator import Translator
+    from heedful.training.validation import make_validator
 
     config = _config(data, "rnn", f"data.feature_cache={tmp_path / 'cache'}")
     _train(config, tmp_path / "run")
@@ -235,23 +236,22 @@ def test_a_cached_run_s_model_directory_captions_pictures(data, tmp_path):
     on_cells = [r for r in records if "bleu" in r][-1]  # step 6: what the run measured
     loaded = load_model_dir(tmp_path / "run" / "latest")
     items = _read(config, "valid_captions")
-    transform = loaded.src_tokenizer.transform
-    validate = make_caption_validator(
-        items, loaded.src_tokenizer, loaded.tgt_tokenizer, config, "cpu"
-    )  # reads pixels
+    transform, paths = loaded.source.transform, [p for p, _ in items]
+    references = [captions for _, captions in items]
+    pixels = FileImages(paths, transform)  # the validation reads pixels
+    valid = CaptionValidation(references, pixels, loaded.source, loaded.tgt_tokenizer, config)
+    validate = make_validator(valid, config, "cpu")
     loaded.model.eval()
     with torch.no_grad():
         on_pixels = validate(loaded.model)
     assert on_pixels["loss"] == pytest.approx(on_cells["loss"], rel=1e-5)
     for name in ("bleu", "bleu1", "exact_match"):
         assert on_pixels[name] == pytest.approx(on_cells[name], abs=1e-9), name
-    paths = [p for p, _ in items]
-    from_pixels = Captioner.load(tmp_path / "run" / "latest").caption(paths)
+    from_pixels = Translator.load(tmp_path / "run" / "latest").translate(paths)
     found = cached_features(Trunk(loaded.model.encoder), paths, transform, tmp_path / "cache")
     assert found.reused == 4 and found.computed == 0  # the run's cells, read back
     maps = torch.stack([cells_to_map(c, loaded.model.grid(48)) for c in found.features])
-    searcher = Translator(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer,
-                          loaded.generation)  # fmt: skip
+    searcher = Translator(loaded.model, loaded.source, loaded.tgt_tokenizer, loaded.generation)
     with reading_cells(loaded.model):
         found = [h[0] for h in searcher.search(maps)]
     from_cells = [loaded.tgt_tokenizer.decode(h.tokens) for h in found]

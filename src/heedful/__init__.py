@@ -13,17 +13,15 @@ __version__ = "0.1.0"
 def load(model_dir, device="cpu", quantize=None, src_lang=None, tgt_lang=None):
     """A Translator for a model directory: `heedful.load(DIR).translate(["Hi."], num_beams=5)`.
 
-    DIR is a heedful model directory or a Hugging Face one (Marian, BART, mBART, M2M100/NLLB,
-    T5 in the save_pretrained layout; needs pip install 'heedful[hf]', see heedful.hf), whose
-    languages src_lang / tgt_lang name for an mBART or M2M100/NLLB model.
+    DIR is a heedful model directory, of a text or an image model, or a Hugging Face one
+    (Marian, BART, mBART, M2M100/NLLB, T5 in the save_pretrained layout; needs pip install
+    'heedful[hf]', see heedful.hf), whose languages src_lang / tgt_lang name for an mBART or
+    M2M100/NLLB model. An image captioning model's `.translate(["photo.png", pixels, ...])`
+    captions pictures (files, their bytes or (H, W, 3) uint8 arrays), each Translation with its
+    grid and, with need_weights=True, its attention over the image.
 
     quantize="int8" runs its Linear layers in int8 on the CPU (Translator.load says how).
-    An image captioning model's directory gives a Captioner (heedful.inference.captioner), whose
-    `.caption(["photo.png", pixels, ...])` returns Captions with their attention over the image.
     """
-    from heedful.inference.captioner import Captioner, is_image_model
     from heedful.inference.translator import Translator
 
-    if is_image_model(model_dir) and quantize is None:  # an image captioning model (issue 12)
-        return Captioner.load(model_dir, device)  # .caption([image.png, ...])
     return Translator.load(model_dir, device, quantize, src_lang, tgt_lang)

@@ -296,12 +296,12 @@ def test_a_deeper_network_of_the_same_family_is_refused(tmp_path, deeper, smalle
 def test_a_caption_model_on_resnet18_trains_reloads_captions_and_resumes(tmp_path):
     """`heedful train` with model.encoder torchvision:resnet18 and a local weights file: two
     steps, then two more on resume, give the weights (BatchNorm statistics included) four
-    uninterrupted steps give; the model directory reloads as a Captioner that captions a
+    uninterrupted steps give; the model directory reloads as a Translator that captions a
     picture over resnet18's 2 × 2 grid of a 64-pixel image."""
     import heedful
     from heedful.checkpoint.model_dir import load_model_dir
     from heedful.config import load_config
-    from heedful.inference.captioner import Captioner
+    from heedful.inference.translator import Translator
     from heedful.training.experiment import train_from_config
 
     scene_files(tmp_path, 8, seed=1)
@@ -338,11 +338,11 @@ generation: {{num_beams: 1, max_len_ratio: 0.0, max_len_offset: 12}}
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [m for m in metrics if "bleu" in m and np.isfinite(m["loss"])]
 
-    captioner = Captioner.load(tmp_path / "run" / "latest")
-    assert captioner.grid() == (2, 2)
+    captioner = Translator.load(tmp_path / "run" / "latest")
+    assert captioner.source.grid == (2, 2)
     png = tmp_path / "images" / "s2-0.png"
-    [from_file] = captioner.caption([png], need_weights=True)
-    [from_array] = heedful.load(tmp_path / "run" / "latest").caption([scenes.pixels(0)])
+    [from_file] = captioner.translate([png], need_weights=True)
+    [from_array] = heedful.load(tmp_path / "run" / "latest").translate([scenes.pixels(0)])
     assert isinstance(from_file.text, str) and from_file.text == from_array.text
     assert from_file.grid == (2, 2)
     assert from_file.attention.shape == (len(from_file.tokens), 1, 2, 4)  # (T, L, H, S)

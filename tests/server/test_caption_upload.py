@@ -1,5 +1,5 @@
 """POST /caption (server/images.py): a served image model captions an uploaded picture, the
-same caption as Captioner.caption gives for that file, with its attention over the grid when
+same caption as Translator.translate gives for that file, with its attention over the grid when
 asked; every hostile upload is a 4xx naming the field, never a crash, nothing logged at ERROR.
 docs/hostile-inputs.md counts HOSTILE."""
 
@@ -25,7 +25,7 @@ from memory import memory_cap
 from PIL import Image
 
 from heedful.data.images import ImageError
-from heedful.inference.captioner import Captioner
+from heedful.inference.translator import Translator
 from heedful.server import ServerLimits
 
 from .helpers import InProcessServer, client, error, ok
@@ -59,7 +59,7 @@ def as_json(data: bytes, **fields):
 def test_a_good_picture_gets_the_captioners_caption(served, image_dir, tmp_path, send, data):
     path = tmp_path / "picture"
     path.write_bytes(data)
-    [expected] = Captioner.load(image_dir).caption([path], need_weights=True)
+    [expected] = Translator.load(image_dir).translate([path], need_weights=True)
     flag = "true" if send is upload else True  # a form spells it as text
     answer = ok(served.post("/caption", **send(data, attention=flag)))
     assert answer["caption"] == expected.text and answer["tokens"] == expected.tokens
@@ -71,7 +71,7 @@ def test_a_good_picture_gets_the_captioners_caption(served, image_dir, tmp_path,
 def test_a_beam_search_caption(served, image_dir, tmp_path):
     path = tmp_path / "picture.png"
     path.write_bytes(PNG)
-    [expected] = Captioner.load(image_dir).caption([path], num_beams=3)
+    [expected] = Translator.load(image_dir).translate([path], num_beams=3)
     answer = ok(served.post("/caption", **upload(PNG, num_beams="3")))
     assert answer["caption"] == expected.text
 
@@ -136,13 +136,13 @@ HOSTILE = [
      400, "invalid form"),
     ("unknown-field", sent(upload, PNG, colour="red"), 400, "unknown field 'colour'"),
     ("attention-not-a-flag", sent(upload, PNG, attention="maybe"), 400,
-     "field attention must be true or false"),
+     'attention must be true or false, got "maybe"'),
     ("num-beams-zero", sent(upload, PNG, num_beams="0"), 400, "num_beams"),
     ("num-beams-over-the-limit", sent(as_json, PNG, num_beams=5), 400, "--max-num-beams"),
     ("num-beams-text", sent(as_json, PNG, num_beams="two"), 400, "num_beams"),
     ("json-num-beams-spelled-as-text", sent(as_json, PNG, num_beams="2"), 400, "num_beams"),
     ("json-attention-spelled-as-text", sent(as_json, PNG, attention="true"), 400,
-     "field attention must be true or false"),
+     'attention must be true or false, got "true"'),
     ("row0-wrong-content-type", raw(PNG, "image/png"), 415, "multipart/form-data"),
     ("charset-not-utf8", raw(b"{}", "application/json; charset=latin-1"), 415, "charset"),
 ]  # fmt: skip
@@ -165,6 +165,26 @@ def test_the_openapi_schema_describes_caption(served):
     assert content["multipart/form-data"]["schema"]["required"] == ["file"]
     assert content["application/json"]["schema"]["required"] == ["image"]
     assert {"200", "400", "413", "415", "503"} <= operation["responses"].keys()
+    # the options' schemas are /translate's declarations: one reading of both routes
+    translate = served.get("/openapi.json").json()["paths"]["/translate"]["post"]
+    declared = translate["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    for media in ("multipart/form-data", "application/json"):
+        options = content[media]["schema"]["properties"]
+        assert options["num_beams"]["maximum"] == declared["num_beams"]["maximum"] == 4
+        assert options["attention"]["type"] == declared["return_attention"]["type"] == "boolean"
+
+
+@pytest.mark.parametrize(
+    "word, attention", [("on", True), ("YES", True), ("off", False), ("", False)]
+)
+def test_a_forms_booleans_read_as_translates_do(served, word, attention):
+    """/caption once read a form's true/1/yes/false/0/no only, /translate also on/off and an
+    empty value: both read them with fields.Boolean now."""
+    answer = ok(served.post("/caption", **upload(PNG, attention=word)))
+    assert ("attention" in answer) is attention
+    body = {"q": "a", "source": "image", "target": "en", "return_attention": word}
+    flag = served.post("/translate", data=body)  # the same word read the same way there
+    error(flag, 400, "image captioning model")  # (past the field checks: a text route)
 
 
 def test_a_text_model_has_no_caption_route(model_dir):
@@ -242,15 +262,15 @@ def test_fuzzing_caption_from_its_schema_finds_no_server_error(image_dir, mode):
 @pytest.mark.parametrize("size", [(1, 400_000), (2_000_000, 1)], ids=["1x400000", "2000000x1"])
 def test_elongated_pictures_are_refused_under_a_memory_cap(served, image_dir, tmp_path, size):
     """Resizing scales the shorter side up: 1 × 400,000 would become 224 × 89,600,000 pixels
-    (60 GB). Under a 512 MiB cap the server answers 400 and the Captioner an ImageError."""
+    (60 GB). Under a 512 MiB cap the server answers 400 and the Translator an ImageError."""
     data = strip(*size)
     path = tmp_path / "strip.png"
     path.write_bytes(data)
-    captioner = Captioner.load(image_dir)
+    translator = Translator.load(image_dir)
     with memory_cap(1 << 29):
         response = served.post("/caption", **upload(data))
         with pytest.raises(ImageError, match="aspect ratio"):
-            captioner.caption([path])
+            translator.translate([path])
     error(response, 400, "aspect ratio")
 
 
@@ -270,14 +290,14 @@ def test_captions_past_their_deadline_do_not_jam_the_server(image_dir, monkeypat
     """12 slow captions (those that ask for attention, here) each get their 504; the one
     running is counted in /health's in_flight until its thread ends; the queued ones never
     run; so a normal caption asked after the 504s gets its answer within its own timeout."""
-    real = Captioner.caption
+    real = Translator.translate
 
-    def slow(self, sources, num_beams=None, *args, need_weights=False, **kwargs):
+    def slow(self, inputs, num_beams=None, *args, need_weights=False, **kwargs):
         if need_weights:
             time.sleep(SLOW)
-        return real(self, sources, num_beams, *args, need_weights=need_weights, **kwargs)
+        return real(self, inputs, num_beams, *args, need_weights=need_weights, **kwargs)
 
-    monkeypatch.setattr(Captioner, "caption", slow)
+    monkeypatch.setattr(Translator, "translate", slow)
     limits = ServerLimits(max_body_bytes=200_000, request_timeout=2.0, max_in_flight=16)
     server = InProcessServer(image_dir, limits)
     try:

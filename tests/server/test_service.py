@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from heedful.config import GenerationConfig, ModelConfig
+from heedful.data.sources import TextSource
 from heedful.data.tokenizers import CharTokenizer
 from heedful.inference.runtime import engine_type
 from heedful.inference.translator import Translation, Translator
@@ -34,7 +35,8 @@ class FakeTranslator:
         self.engine, self.config, self.fail = engine, config, fail
         self.capabilities = engine_type(engine).capabilities  # what the engine declares
         self.generation, self.calls = GENERATION, []
-        self.src_tokenizer = SimpleNamespace(encode=lambda text: list(text))  # a token a letter
+        letters = SimpleNamespace(encode=lambda text: list(text))  # a token a letter
+        self.source = TextSource(letters)  # what the Engine protocol reads (data/sources.py)
 
     def translate(self, texts, batch_size, prefixes=None, *, settings):
         self.calls.append((list(texts), settings))

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from heedful.cli import main
-from heedful.demo.captions import run_caption_demo
-from heedful.inference.captioner import Captioner
+from heedful.demo.run import run_demo
+from heedful.inference.translator import Translator
 from heedful.server import ServerLimits
 from heedful.tasks.scenes import SceneSet
 
@@ -25,9 +25,9 @@ LIMITS = ServerLimits(max_body_bytes=200_000, max_num_beams=4)
 
 
 def _demo(out, steps: int):
-    return run_caption_demo(
+    return run_demo(
         "cnn-transformer", out, train_size=600, test_size=40, max_steps=steps, progress=False,
-        echo=lambda line: None,
+        echo=lambda line: None, task="captions",
     )  # fmt: skip
 
 
@@ -59,9 +59,9 @@ def test_training_made_the_captions_better(trained, tmp_path):
 
 def test_python_cli_and_http_give_the_same_captions(trained, pictures):
     scenes, paths = pictures
-    captioner = Captioner.load(trained.model_dir)
-    expected = captioner.caption(paths, need_weights=True)
-    from_pixels = captioner.caption([scenes.pixels(i) for i in range(len(scenes))])
+    captioner = Translator.load(trained.model_dir)
+    expected = captioner.translate(paths, need_weights=True)
+    from_pixels = captioner.translate([scenes.pixels(i) for i in range(len(scenes))])
     assert [c.text for c in from_pixels] == [c.text for c in expected]
 
     result = CliRunner().invoke(main, ["caption", str(trained.model_dir), *map(str, paths)])
@@ -75,7 +75,7 @@ def test_python_cli_and_http_give_the_same_captions(trained, pictures):
             assert answer["caption"] == caption.text and answer["tokens"] == caption.tokens
             grids = np.asarray(answer["attention"], dtype=np.float64)  # (T, gh, gw), 5 decimals
             reference = caption.attention_grid().astype(np.float64)
-            assert grids.shape == reference.shape == (len(caption.tokens), *captioner.grid())
+            assert grids.shape == reference.shape == (len(caption.tokens), *captioner.source.grid)
             np.testing.assert_allclose(grids, reference, atol=1e-5)
             as_json = {"image": base64.b64encode(path.read_bytes()).decode("ascii")}
             assert ok(http.post("/caption", json=as_json))["caption"] == caption.text

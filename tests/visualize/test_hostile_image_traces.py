@@ -1,4 +1,4 @@
-"""Hostile image traces: an image model's trace file (visualize/trace_image.py) whose `image`
+"""Hostile image traces: an image model's trace file (visualize/trace.py) whose `image`
 is damaged is refused by Trace.load, naming the file and the field, before a viewer puts the
 picture into a page (heedful.visualize.trace_check._check_image).
 
@@ -14,10 +14,9 @@ import json
 import pytest
 from image_models import image_model_dir, picture
 
-from heedful.inference.captioner import Captioner
-from heedful.visualize.trace import Trace
+from heedful.inference.translator import Translator
+from heedful.visualize.trace import Trace, build_trace
 from heedful.visualize.trace_check import MAX_IMAGE_URI_CHARS
-from heedful.visualize.trace_image import build_image_trace
 
 PNG_URI = "data:image/png;base64,"
 
@@ -25,7 +24,7 @@ PNG_URI = "data:image/png;base64,"
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> dict:
     model_dir = image_model_dir(tmp_path_factory.mktemp("vit") / "model", "vit")
-    return build_image_trace(Captioner.load(model_dir), picture(seed=4)).to_dict()
+    return build_trace(Translator.load(model_dir), picture(seed=4)).to_dict()
 
 
 def edit(change):

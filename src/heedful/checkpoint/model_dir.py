@@ -2,15 +2,18 @@
 
     config.json          model architecture, vocabulary sizes, languages
     model.safetensors    the weights
-    tokenizer.src        source tokenizer (character JSON or SentencePiece model)
+    tokenizer.src        the source side: a text model's tokenizer (character JSON or SentencePiece)
+    transform.json         or an image model's ImageTransform (data/sources.py: each kind its slot)
     tokenizer.tgt        target tokenizer
     generation.json      default search settings (beam size, length penalty, length limits)
 
-`heedful export` (export.py) writes the same files with `ctranslate2/`, a CTranslate2 model,
-in place of model.safetensors; a training checkpoint adds the training state
-(training/state.py). Directories are written staged and published whole (io.py), replacing
-only a model directory (output_dirs.py). The weights are checked and read by weights.py;
-nothing ever unpickles (`torch.load` can run code hidden in a file): a planted pickle is refused.
+An image model that an earlier heedful saved has its transform in tokenizer.src (JSON of
+"kind": "image"); it loads as it did. `heedful export` (export.py) writes the same files with
+`ctranslate2/`, a CTranslate2 model, in place of model.safetensors; a training checkpoint adds
+the training state (training/state.py). Directories are written staged and published whole
+(io.py), replacing only a model directory (output_dirs.py). The weights are checked and read by
+weights.py; nothing ever unpickles (`torch.load` can run code hidden in a file): a planted
+pickle is refused.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from heedful.checkpoint.slots import load_side, load_source, reads_images, text_tokenizer
 from heedful.checkpoint.weights import check_computed_buffers, check_weights, load_weights
 from heedful.config import ConfigError, GenerationConfig, ModelConfig, from_dict
 from heedful.data.languages import check_symbols, model_pairs
+from heedful.data.sources import IMAGE_SLOT, TEXT_SLOT, ImageSource, TextSource, as_source
 from heedful.data.tokenizers import SPECIALS
 from heedful.io import (
     CheckpointError,
@@ -47,7 +52,7 @@ CTRANSLATE2_DIR = "ctranslate2"  # an export's CTranslate2 model (export.py)
 # model: each is checked before memory is allocated.
 MAX_JSON_BYTES = 1 << 20  # config.json and generation.json (a few hundred bytes when written)
 MAX_SIZE = 2**31 - 1  # any size or count in config.json
-MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.src", "tokenizer.tgt",
+MODEL_FILES = ("config.json", "model.safetensors", TEXT_SLOT, IMAGE_SLOT, "tokenizer.tgt",
                "generation.json")  # fmt: skip
 
 
@@ -78,32 +83,34 @@ def write_model_files(
     directory: Path,
     model: nn.Module,
     model_config: ModelConfig,
-    src_tokenizer,
+    source,
     tgt_tokenizer,
     generation: GenerationConfig,
     languages: tuple[str, str],
     pairs: tuple[tuple[str, str], ...] | None = None,
 ) -> None:
-    """Write the model directory's files into an existing (staging) directory; `pairs`, those
-    of a multilingual model (data.corpora), which reads a target token first."""
+    """Write the model directory's files into an existing (staging) directory. source: a
+    Source (data/sources.py), or a text model's source tokenizer; `pairs`, those of a
+    multilingual model (data.corpora), which reads a target token first."""
     from safetensors.torch import save_model
 
-    directory = Path(directory)
+    directory, source = Path(directory), as_source(source)
     if any(p.device.type != "cpu" for p in model.parameters()):
         # cuDNN packs an RNN's weights into one buffer, which safetensors takes for tied
         # weights that differ; a CPU copy has one tensor per weight (and ties stay tied)
         model = copy.deepcopy(model).cpu()
     save_model(model, str(directory / "model.safetensors"))  # handles tied (shared) weights
     readable_as_created(directory / "model.safetensors")
-    src_tokenizer.save(directory / "tokenizer.src")
+    source.save(directory)  # tokenizer.src or transform.json
     tgt_tokenizer.save(directory / "tokenizer.tgt")
+    rows = {} if source.vocab_size is None else {"src_vocab_size": source.vocab_size}
     atomic_write_json(
         directory / "config.json",
         {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "model": model_config.used(),
-            "src_vocab_size": len(src_tokenizer),
+            **rows,  # an image model's source has no vocabulary
             "tgt_vocab_size": len(tgt_tokenizer),
             "src_lang": languages[0],
             "tgt_lang": languages[1],
@@ -117,7 +124,7 @@ def save_model_dir(
     directory: Path,
     model: nn.Module,
     model_config: ModelConfig,
-    src_tokenizer,
+    source,
     tgt_tokenizer,
     generation: GenerationConfig = GenerationConfig(),
     languages: tuple[str, str] = ("src", "tgt"),
@@ -126,12 +133,13 @@ def save_model_dir(
 ) -> Path:
     """Write a complete model directory atomically (staged, then renamed into place).
 
-    An existing `directory` is replaced only if it is a model directory and nothing else, and
-    not one of `inputs` (the directories read to make this one) or around or inside them.
+    source: a Source (data/sources.py) or a text model's source tokenizer. An existing
+    `directory` is replaced only if it is a model directory and nothing else, and not one of
+    `inputs` (the directories read to make this one) or around or inside them.
     """
     with staged(directory, check=replaceable(MODEL_DIRECTORY, inputs)) as build:
         write_model_files(
-            build, model, model_config, src_tokenizer, tgt_tokenizer, generation, languages, pairs
+            build, model, model_config, source, tgt_tokenizer, generation, languages, pairs
         )
     return Path(directory)
 
@@ -140,13 +148,27 @@ def save_model_dir(
 class LoadedModel:
     model: nn.Module
     model_config: ModelConfig
-    src_tokenizer: Any
+    source: TextSource | ImageSource  # data/sources.py: the tokenizer, or the ImageTransform
     tgt_tokenizer: Any
     generation: GenerationConfig
     src_lang: str
     tgt_lang: str
     pairs: tuple[tuple[str, str], ...] = ()  # data/languages.py: every pair it translates
     target_tokens: bool = False  # multilingual: reads <2de> first (Johnson et al. 2017)
+
+    @property
+    def src_tokenizer(self):
+        """A text model's source tokenizer; an image model has none (it reads pictures)."""
+        return text_tokenizer(self.source)
+
+
+def source_kind(directory: str | Path) -> str:
+    """What a model directory reads, from its config.json alone: "image" for a heedful image
+    model, "text" for any other directory, an unreadable one included (loading names it)."""
+    meta = heedful_config(Path(directory))
+    model = meta.get("model") if meta is not None else None
+    reads = isinstance(model, dict) and model.get("encoder", "text") != "text"
+    return "image" if reads else "text"
 
 
 def read_model_config(directory: Path) -> tuple[dict, ModelConfig]:
@@ -187,8 +209,9 @@ def read_model_config(directory: Path) -> tuple[dict, ModelConfig]:
         if type(getattr(config, field.name)) is int:
             least = 0 if field.name == "cnn_layers" else 1  # a CNN may have no encoder layers
             _check_size(path, f"model.{field.name}", getattr(config, field.name), least)
-    for name in ("src_vocab_size", "tgt_vocab_size"):
-        _check_size(path, name, meta.get(name), len(SPECIALS))
+    for name in ("src_vocab_size", "tgt_vocab_size"):  # an image model's source has none
+        if name in meta or not (name == "src_vocab_size" and reads_images(config)):
+            _check_size(path, name, meta.get(name), len(SPECIALS))
     for name in ("src_lang", "tgt_lang"):
         if not isinstance(meta.get(name, ""), str):
             raise CheckpointError(f"{path}: field {name} must be a string, got {meta[name]!r}")
@@ -216,38 +239,9 @@ def _check_weights_file(path: Path) -> None:
     regular_file(path)
 
 
-def load_tokenizers(directory: Path, meta: dict) -> tuple[Any, Any]:
-    """tokenizer.src and tokenizer.tgt, each checked against config.json's vocabulary size.
-
-    A tokenizer with more pieces than the model's embedding has rows makes ids the model cannot
-    look up; one with fewer spells the model's outputs as the wrong pieces, silently.
-    """
-    return tuple(
-        _load_tokenizer(Path(directory) / f"tokenizer.{side}", f"{side}_vocab_size", meta)
-        for side in ("src", "tgt")
-    )
-
-
-def _load_tokenizer(path: Path, size_field: str, meta: dict):
-    from heedful.data.sources import load_source
-
-    regular_file(path)
-    try:
-        tokenizer = load_source(path)
-    except (OSError, ValueError) as error:
-        message = str(error) if str(path) in str(error) else f"{path}: {error}"
-        raise CheckpointError(message) from None
-    if len(tokenizer) != meta[size_field]:
-        raise CheckpointError(
-            f"{path}: the tokenizer has {len(tokenizer)} tokens, but config.json's {size_field} "
-            f"(the rows of the model's embedding) is {meta[size_field]}; this tokenizer does not "
-            "belong to this model"
-        )
-    return tokenizer
-
-
 def load_model_dir(directory: str | Path) -> LoadedModel:
-    """Read a model directory back: model in eval mode, tokenizers, generation settings.
+    """Read a model directory back: model in eval mode, its source side, target tokenizer and
+    generation settings.
 
     All is checked before memory is spent: config.json field by field; the model it describes,
     built on the meta device (no memory), against the safetensors header, tensor by tensor;
@@ -257,7 +251,9 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
 
     directory = Path(directory)
     meta, model_config = read_model_config(directory)
-    sizes = (meta["src_vocab_size"], meta["tgt_vocab_size"])
+    # an image model's source has no vocabulary (an earlier heedful wrote the special tokens'
+    # count): build_model reads src_vocab_size for token encoders only
+    sizes = (meta.get("src_vocab_size", 0), meta["tgt_vocab_size"])
     try:
         with torch.device("meta"):
             skeleton = build_model(model_config, *sizes)
@@ -268,25 +264,18 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     _check_weights_file(directory / "model.safetensors")  # an export: say so
     check_weights(skeleton, directory / "model.safetensors")
     check_computed_buffers(skeleton, directory / "config.json")
-    src_tokenizer, tgt_tokenizer = load_tokenizers(directory, meta)
-    sides = (directory / "tokenizer.src", directory / "tokenizer.tgt")
-    if model_config.copy and len({path.read_bytes() for path in sides}) > 1:
-        raise CheckpointError(  # the pointer-generator's source ids are its output ids
-            f"{directory}: model.copy needs one vocabulary, but tokenizer.src and tokenizer.tgt "
-            "differ"
-        )
+    source = load_source(directory, meta)
+    tgt_tokenizer = load_side(directory / "tokenizer.tgt", "tgt_vocab_size", meta)
     pairs, tokens = model_pairs(meta, directory / "config.json")
-    try:  # a multilingual model reads each target token as one symbol of tokenizer.src
-        check_symbols(src_tokenizer, pairs if tokens else (), directory / "tokenizer.src")
-    except ValueError as error:
-        raise CheckpointError(str(error)) from None
+    if source.kind == "text":
+        _check_text_source(directory, model_config, source, pairs if tokens else ())
     generation = read_generation(directory)
     model = build_model(model_config, *sizes)
     load_weights(model, directory / "model.safetensors")
     return LoadedModel(
         model.eval(),
         model_config,
-        src_tokenizer,
+        source,
         tgt_tokenizer,
         generation,
         meta.get("src_lang", "src"),
@@ -294,6 +283,21 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
         pairs,
         tokens,
     )
+
+
+def _check_text_source(directory: Path, config: ModelConfig, source: TextSource, pairs) -> None:
+    """A copying model's one vocabulary; a multilingual model's target tokens, each one
+    symbol of tokenizer.src."""
+    sides = (directory / TEXT_SLOT, directory / "tokenizer.tgt")
+    if config.copy and len({path.read_bytes() for path in sides}) > 1:
+        raise CheckpointError(  # the pointer-generator's source ids are its output ids
+            f"{directory}: model.copy needs one vocabulary, but tokenizer.src and tokenizer.tgt "
+            "differ"
+        )
+    try:  # a multilingual model reads each target token as one symbol of tokenizer.src
+        check_symbols(source.tokenizer, pairs, directory / TEXT_SLOT)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
 
 
 def read_generation(directory: Path) -> GenerationConfig:
@@ -325,12 +329,18 @@ def average_checkpoints(directories: list[str | Path], output: str | Path) -> Pa
             raise CheckpointError(
                 f"{d}: model config differs from {directories[0]}; cannot average"
             )
-        for name in ("tokenizer.src", "tokenizer.tgt"):  # rows of one config, other tokens
+        sides = ("tokenizer.tgt",) + ((TEXT_SLOT,) if first.source.kind == "text" else ())
+        for name in sides:  # rows of one config, other tokens
             if read_bytes(Path(d) / name) != read_bytes(Path(directories[0]) / name):
                 raise CheckpointError(
                     f"{Path(d) / name}: differs from {directories[0]}'s; cannot average "
                     "models with different vocabularies"
                 )
+        if first.source.kind == "image" and other.source.transform != first.source.transform:
+            raise CheckpointError(
+                f"{d}: reads pictures otherwise than {directories[0]} (another image "
+                "transform); cannot average"
+            )
     with torch.no_grad():
         params = [dict(m.model.named_parameters()) for m in loaded]
         for name, param in params[0].items():
@@ -339,7 +349,7 @@ def average_checkpoints(directories: list[str | Path], output: str | Path) -> Pa
         Path(output),
         first.model,
         first.model_config,
-        first.src_tokenizer,
+        first.source,
         first.tgt_tokenizer,
         first.generation,
         (first.src_lang, first.tgt_lang),

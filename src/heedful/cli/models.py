@@ -8,19 +8,19 @@ from heedful.cli.options import DIRECTORY, POSITIVE, Deferred, overrides_option,
 
 
 def _demo_options() -> list[click.Parameter]:
-    from heedful.demo.captions import CAPTION_MODELS, DEFAULT_MODEL
-    from heedful.demo.run import DEMO_MODELS, DEMO_TASKS
+    from heedful.demo.run import DEMO_TASKS
 
+    models = {name: None for task in DEMO_TASKS.values() for name in task.models}
+    defaults = ", ".join(f"{task.model_name} for {name}" for name, task in DEMO_TASKS.items())
     model = click.Option(
         ["--model", "model_name"],
-        type=click.Choice([*DEMO_MODELS, *CAPTION_MODELS]),
+        type=click.Choice(list(models)),
         default=None,
-        help="Which model learns the task [default: transformer for dates, rnn-bahdanau (the "
-        f"seq2seq article's) for dialogue, {DEFAULT_MODEL} for captions].",
+        help=f"Which model learns the task [default: {defaults}].",
     )
     task = click.Option(
         ["--task"],
-        type=click.Choice([*DEMO_TASKS, "captions"]),
+        type=click.Choice(list(DEMO_TASKS)),
         default="dates",
         show_default=True,
         help="What it learns: human-written dates to ISO dates, the articles' toy chatbot "

@@ -65,8 +65,8 @@ def threads_option() -> click.Option:
 def runtime_options() -> list[click.Parameter]:
     """--engine, --quantize and --threads: how the model runs
     (heedful.inference.runtime.load_translator)."""
+    from heedful.inference.quantize import QUANTIZE
     from heedful.inference.runtime import ENGINES
-    from heedful.inference.translator import QUANTIZE
 
     engine = click.Option(
         ["--engine"],
@@ -148,4 +148,27 @@ def picture_option(help: str | None = None, required: bool = False):
     """--png/--svg/--pdf FILE: one picture, its format named by the suffix."""
     return click.option(
         "--png", "--svg", "--pdf", "picture", required=required, type=FILE, help=help
+    )
+
+
+def output_option(what: str):
+    """-o/--output FILE: where a command's output lines go instead of stdout."""
+    return click.option(
+        "-o",
+        "--output",
+        "output_path",
+        type=FILE,
+        default=None,
+        help=f"Write {what} to FILE instead of stdout (- is stdout).",
+    )
+
+
+def n_best_option(per: str):
+    """--n-best: how many outputs each input gets, on its line, tab-separated."""
+    return click.option(
+        "--n-best",
+        type=POSITIVE,
+        default=1,
+        show_default=True,
+        help=f"Alternatives per {per}, tab-separated.",
     )

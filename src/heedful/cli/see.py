@@ -88,23 +88,21 @@ def attention(
     target,
     source,
 ) -> None:
-    """Translate SENTENCE (an image model: caption the image file) and show where the model
-    looked."""
+    """Translate SENTENCE (an image model: caption the image file it names) and show where
+    the model looked."""
     from heedful.config import beams_for
-    from heedful.inference.captioner import is_image_model
     from heedful.inference.translator import Translator
     from heedful.visualize.trace import build_trace
 
     if not (picture or html_path or json_path):
         raise click.UsageError("give at least one of --png/--svg/--pdf, --html or --json")
-    if is_image_model(model_dir):  # SENTENCE names a picture: see_image.py
-        from heedful.cli.see_image import image_attention
-
-        options = dict(kind=kind, grid=grid, words=words, num_beams=num_beams, n_best=n_best)
-        options |= dict(layer=layer, head=head)
-        return image_attention(model_dir, sentence, picture, html_path, json_path, options)
     translator = Translator.load(model_dir)
-    if picture:  # a view the model does not have is refused before translating
+    pictures = translator.source.kind == "image"
+    if pictures:  # SENTENCE names a picture (see_image.py)
+        from heedful.cli.see_image import check_picture_options
+
+        check_picture_options(sentence, kind, grid, words)
+    elif picture:  # a view the model does not have is refused before translating
         from heedful.visualize.heatmap import check_view
         from heedful.visualize.trace import model_info
 
@@ -115,23 +113,31 @@ def attention(
         from heedful.visualize.words import merge_words
 
         trace = merge_words(trace)
-    click.echo(f"{sentence} -> {trace.hypotheses[0].text}")
+    click.echo(f"{translator.source.describe(sentence)} -> {trace.hypotheses[0].text}")
     if json_path:
         trace.save(json_path)
         click.echo(f"trace: {json_path}")
-    if picture:
+    if picture and pictures:
+        from heedful.cli.see_image import draw_caption_overlay
+
+        draw_caption_overlay(translator, sentence, picture, layer, head, beams)
+    elif picture:
         from heedful.visualize.heatmap import plot_trace
 
         # the trace labels the source as the model saw it: `<unk> (猫)` for an unknown piece
         plot_trace(trace, picture, kind=kind, layer=layer, head=head, grid=grid)
         click.echo(f"heatmap: {picture}")
     if html_path:
-        from pathlib import Path
+        _write_viewer(trace, html_path)
 
-        from heedful.visualize.html import render_html
 
-        Path(html_path).write_text(render_html(trace), encoding="utf-8")
-        click.echo(f"viewer: {html_path}")
+def _write_viewer(trace, html_path: str) -> None:
+    from pathlib import Path
+
+    from heedful.visualize.html import render_html
+
+    Path(html_path).write_text(render_html(trace), encoding="utf-8")
+    click.echo(f"viewer: {html_path}")
 
 
 @click.command(

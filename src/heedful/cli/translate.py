@@ -12,6 +12,8 @@ from heedful.cli.options import (
     POSITIVE,
     Deferred,
     language_options,
+    n_best_option,
+    output_option,
     runtime_options,
     search_options,
 )
@@ -76,28 +78,15 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
     help="Read sentences from FILE (read whole, batched by length) instead of stdin "
     "(translated as lines arrive); - is stdin.",
 )
-@click.option(
-    "-o",
-    "--output",
-    "output_path",
-    type=FILE,
-    default=None,
-    help="Write translations to FILE instead of stdout (- is stdout).",
-)
-@click.option(
-    "--n-best",
-    type=POSITIVE,
-    default=1,
-    show_default=True,
-    help="Alternatives per line, tab-separated.",
-)
+@output_option("translations")
+@n_best_option("line")
 @click.option(
     "--prefix",
     "prefix_path",
     type=FILE,
     default=None,
-    help="FILE of target beginnings, one per input line (an empty line: none), or 'tsv': each "
-    "input line is SOURCE<TAB>PREFIX. Every output starts with its prefix.",
+    help="FILE of target beginnings, one per input line or image (an empty line: none), or "
+    "'tsv': each input line is SOURCE<TAB>PREFIX. Every output starts with its prefix.",
 )
 @language_options
 @search_options
@@ -127,18 +116,16 @@ def translate(
     Several MODEL_DIRs translate as one ensemble: their log-probabilities averaged at every
     step (their vocabularies must be equal; an RNN and a Transformer may be mixed).
     """
-    from heedful.cli.caption import caption_images, image_arguments
     from heedful.cli.translate_input import pieces
     from heedful.config import beams_for
 
-    images = image_arguments(model_dirs)  # an image model: MODEL_DIR image.png ... (caption.py)
-    if images is not None:
-        output_path = None if output_path == "-" else output_path
-        drawn = _sampling_settings(**sampling)
-        _check_engine("torch", drawn, prefix_path is not None, images=True)
-        search = (num_beams, n_best, batch_size, drawn)
-        return caption_images(model_dirs[0], images, *search, output_path=output_path)
+    images = image_arguments(model_dirs)  # an image model: MODEL_DIR image.png ...
     drawn = _sampling_settings(**sampling)
+    if images is not None:
+        _check_engine("torch", drawn, prefix_path is not None, images=True)
+        prefixes = _image_prefixes(prefix_path, len(images), max_chars)
+        search = (num_beams, n_best, batch_size, drawn)
+        return translate_images(model_dirs[0], images, *search, output_path, prefixes)
     _check_engine(engine, drawn, prefix_path is not None)
     translator = _load(model_dirs, engine, quantize)
     direct = director(model_dirs[0], target, source)
@@ -151,8 +138,64 @@ def translate(
             results = translator.translate(
                 direct(lines), batch_size=batch_size, prefixes=prefixes, settings=settings
             )
-            rows = ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
-            output.write(rows)  # n-best alternatives tab-separated
+            output.write(_rows(results))
+
+
+def _rows(results) -> list[str]:
+    """One line per input: its output, then its n-best alternatives, tab-separated."""
+    return ["\t".join([r.text] + [a.text for a in r.alternatives or []]) for r in results]
+
+
+def image_arguments(paths: tuple[str, ...]) -> list[str] | None:
+    """`translate`'s arguments as (model, images) when the first is an image model's directory:
+    the images; None for text models, whose arguments must all be directories, as before."""
+    from pathlib import Path
+
+    from heedful.checkpoint.model_dir import source_kind
+
+    if Path(paths[0]).is_dir() and source_kind(paths[0]) == "image":
+        return list(paths[1:])
+    for path in paths:
+        if Path(path).is_file():
+            raise click.BadParameter(f"Directory {path!r} is a file.", param_hint="'MODEL_DIR...'")
+    return None
+
+
+def translate_images(
+    model_dir, images, num_beams, n_best, batch_size, drawn=None, output_path=None, prefixes=None
+) -> None:
+    """An image model's captions of `images`, one line each, in order, to stdout or
+    output_path (`heedful translate MODEL image.png ...` and `heedful caption`): the one
+    Translator's translate, as for text; an error names the image. drawn: the sampling
+    settings of --sample ...; prefixes: one beginning per image, or None."""
+    from heedful.checkpoint.model_dir import CheckpointError
+    from heedful.config import beams_for
+    from heedful.data.images import ImageError
+    from heedful.inference.translator import Translator
+
+    if not images:
+        raise click.UsageError("give one or more images to caption after the model directory")
+    try:
+        translator = Translator.load(model_dir)
+        beams = beams_for(num_beams or translator.generation.num_beams, n_best)
+        settings = translator.generation.but(num_beams=beams, n_best=n_best, **(drawn or {}))
+        found = translator.translate(
+            images, batch_size=batch_size, prefixes=prefixes, settings=settings
+        )
+    except (CheckpointError, ImageError) as error:
+        raise click.ClickException(str(error)) from None
+    with _Output(output_path) as output:
+        output.write(_rows(found))
+
+
+def _image_prefixes(prefix_path: str | None, count: int, max_chars: int) -> list[str] | None:
+    """--prefix FILE given with images: one beginning per image (an empty line: none)."""
+    if prefix_path == "tsv":
+        raise click.UsageError(
+            "--prefix tsv reads SOURCE<TAB>PREFIX lines of text; for images give --prefix "
+            "FILE, one beginning per image"
+        )
+    return None if prefix_path is None else _prefixes([""] * count, 1, prefix_path, max_chars)[1]
 
 
 def _check_engine(engine: str, drawn: dict, prefixes: bool, images: bool = False) -> None:
@@ -162,10 +205,8 @@ def _check_engine(engine: str, drawn: dict, prefixes: bool, images: bool = False
     from heedful.inference.engine import CLI, Unsupported, check_supported
     from heedful.inference.runtime import engine_type
 
-    if images:  # an image model: the Captioner
-        from heedful.inference.captioner import Captioner
-
-        capabilities = Captioner.capabilities
+    if images:  # an image model's Translator (engine.py)
+        from heedful.inference.engine import PICTURES as capabilities
     else:
         capabilities = engine_type(engine).capabilities
     try:

@@ -9,7 +9,6 @@ the S regions each image puts in the decoder's memory: batches hold batch_tokens
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -17,53 +16,7 @@ import numpy as np
 import torch
 
 from heedful.data.batching import Batch, pad
-from heedful.data.tokenizers import BOS_ID, EOS_ID, SPECIALS
-
-
-class ImageSource:
-    """An image model's source side, in the place a text model keeps its source tokenizer
-    (tokenizer.src of a model directory, LoadedModel.src_tokenizer): how a picture becomes
-    the model's input, the ImageTransform of data/images.py. It has no pieces of its own (its
-    size is the special tokens', config.json's src_vocab_size), and refuses to read text.
-    """
-
-    kind = "image"
-
-    def __init__(self, transform):
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(SPECIALS)
-
-    def encode(self, text: str) -> list[int]:
-        raise ValueError(
-            "this is an image captioning model: give it images (heedful caption MODEL "
-            "image.png, or heedful.load(MODEL).caption([...])), not text"
-        )
-
-    tokens = encode
-
-    def decode(self, ids) -> str:
-        return ""
-
-    def id_to_token(self, i: int) -> str:
-        return SPECIALS[i]
-
-    def save(self, path: str | Path) -> None:
-        data = {"kind": self.kind, "transform": self.transform.to_dict()}
-        Path(path).write_text(json.dumps(data), encoding="utf-8")
-
-    @classmethod
-    def from_json(cls, data, path: str | Path) -> ImageSource:
-        """The ImageSource save() wrote to `path` (parsed JSON), every field checked."""
-        from heedful.data.images import ImageError, ImageTransform
-
-        if set(data) != {"kind", "transform"}:
-            raise ValueError(f"{path}: an image model's file has the fields kind and transform")
-        try:
-            return cls(ImageTransform.from_dict(data["transform"]))
-        except (ImageError, TypeError) as error:
-            raise ValueError(f"{path}: {error}") from None
+from heedful.data.tokenizers import BOS_ID, EOS_ID
 
 
 class ImagePairs:

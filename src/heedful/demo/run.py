@@ -3,10 +3,12 @@
 Three tasks, no download: reading human-written dates ("dates", the default), the articles'
 own example, a toy chatbot that answers "Hi, How are you?" with "I am fine" ("dialogue"), and
 captions of generated scenes of shapes ("captions", demo/captions.py: pictures in, attention
-drawn over them). The demo generates the task, trains a small model with a progress bar, logs
-the training to OUT/metrics.jsonl (as `heedful train` does, so `heedful curves OUT` draws it;
-demo/training.py, the same for every task), scores exact match on held-out pairs, prints a
-few outputs and draws the attention.
+drawn over them). Every task takes one path (run_demo): generate the data, make the untrained
+Translator (of text or of pictures), train it with a progress bar, validating on development
+pairs and logging to OUT/metrics.jsonl (as `heedful train` does, so `heedful curves OUT` draws
+it; demo/training.py), score exact match on held-out pairs, print a few outputs, draw the
+attention and save the model. A task (DemoTask) supplies only what is its own: its data,
+models, vocabularies, training pairs, scores and picture.
 """
 
 from __future__ import annotations
@@ -15,14 +17,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 import torch
 
 from heedful.checkpoint.model_dir import save_model_dir
 from heedful.config import Config, DataConfig, GenerationConfig, ModelConfig, TrainConfig
+from heedful.data.batching import Pairs
 from heedful.data.tokenizers import CharTokenizer
-from heedful.demo.captions import run_caption_demo
-from heedful.demo.training import LOW_EXACT_MATCH, budget, train_logged, undertrained_warning
+from heedful.demo.captions import CaptionDemo
+from heedful.demo.training import (
+    LOW_EXACT_MATCH,
+    BestWeights,
+    DemoData,
+    WithExactMatch,
+    budget,
+    mark,
+    train_logged,
+    undertrained_warning,
+)
 from heedful.evaluation import exact_match
 from heedful.inference.translator import Translator
 from heedful.layers.scores import SCORES
@@ -67,18 +80,30 @@ DEMO_TRAIN = TrainConfig(
 )
 
 
-@dataclass(frozen=True)
-class DemoTask:
-    """A generated task the demo can learn, and how to show it."""
+class DemoTask(Protocol):
+    """What a task supplies to the one demo path, run_demo."""
 
-    make: Callable[[int, int, int], Task]  # (n_train, n_test, seed) -> Task
-    model_name: str  # the model that learns it when none is named
-    train_size: int
-    test_size: int
-    what: str  # what a pair's source is, in the report: "held-out dates"
+    models: dict[str, ModelConfig]  # the models that can learn it, by name
+    model_name: str  # the one that does when none is named
+    word: str  # what an unknown model of it is called: "demo", "captions"
+    data_config: DataConfig  # the run log's record of its vocabularies
+    train: TrainConfig
     search: GenerationConfig  # a fixed output limit, whatever the source length
     languages: tuple[str, str]  # saved with the model
-    showcase: Callable[[list[tuple[str, str]]], str]  # held-out pairs -> the source to draw
+    sizes: tuple[int, int]  # training and held-out inputs by default
+    what: str  # the held-out inputs, in the report: "held-out dates"
+    verb: str  # what the Translator does to them: "translate"
+    keep_best: bool  # end with the weights best on the development pairs, not the last
+
+    def make(self, train_size: int, test_size: int, seed: int) -> DemoData: ...
+    def untrained(self, model: ModelConfig, data: DemoData, seed: int) -> Translator: ...
+    def intro(self, data: DemoData) -> str: ...  # the report's first line
+    def pairs(self, translator: Translator, data: DemoData) -> Pairs: ...  # to train on
+    def validation(self, translator: Translator, data: DemoData, config: Config): ...
+    def scores(self, outputs: list[str], references: list[str]) -> tuple[dict | None, str]: ...
+    def example(self, item, output: str, reference: str) -> str: ...  # a report line
+    def draw(self, translator, data: DemoData, out: Path, name: str, label: str, echo): ...
+    def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str: ...
 
 
 def _clear_alignment(test_pairs) -> str:
@@ -89,19 +114,87 @@ def _clear_alignment(test_pairs) -> str:
     return test_pairs[0][0]
 
 
+@dataclass(frozen=True)
+class TextDemo:
+    """A generated text task: character vocabularies from its pairs, DEMO_MODELS, exact match,
+    and the heatmap of one held-out source."""
+
+    name: str  # in the report: "dates task: ..."
+    make_pairs: Callable[[int, int, int], Task]  # (n_train, n_test, seed) -> Task
+    model_name: str
+    sizes: tuple[int, int]
+    what: str
+    search: GenerationConfig
+    languages: tuple[str, str]
+    showcase: Callable[[list[tuple[str, str]]], str]  # held-out pairs -> the source to draw
+    models: ClassVar[dict] = DEMO_MODELS
+    word: ClassVar[str] = "demo"
+    data_config: ClassVar[DataConfig] = DataConfig(tokenizer="char")
+    train: ClassVar[TrainConfig] = DEMO_TRAIN
+    verb: ClassVar[str] = "translate"
+    keep_best: ClassVar[bool] = False
+
+    def make(self, train_size: int, test_size: int, seed: int) -> DemoData:
+        """Training, development and held-out pairs; the development pairs (at most 500) are
+        generated with the training pairs, so they never repeat a held-out source."""
+        dev_size = min(500, max(train_size // 10, 1))
+        pairs = self.make_pairs(train_size + dev_size, test_size, seed)
+        return DemoData(pairs.train[:train_size], pairs.train[train_size:], pairs.test)
+
+    def untrained(self, model: ModelConfig, data: DemoData, seed: int) -> Translator:
+        src_tok = CharTokenizer.train(s for s, _ in data.own + data.dev)
+        tgt_tok = CharTokenizer.train(t for _, t in data.own + data.dev)
+        torch.manual_seed(seed)
+        model = build_model(model, len(src_tok), len(tgt_tok))
+        return Translator(model, src_tok, tgt_tok, self.search)
+
+    def intro(self, data: DemoData) -> str:
+        (source, target), count = data.own[0], len(data.own)
+        e_g = f"e.g. {source!r} -> {target!r}"
+        return f"{self.name} task: {count} training pairs, {len(data.test)} held-out; {e_g}"
+
+    def pairs(self, translator: Translator, data: DemoData) -> Pairs:
+        from heedful.data.batching import InMemoryPairs
+
+        src_tok, tgt_tok = translator.src_tokenizer, translator.tgt_tokenizer
+        return InMemoryPairs(
+            [src_tok.encode(s) for s, _ in data.own], [tgt_tok.encode(t) for _, t in data.own]
+        )
+
+    def validation(self, translator: Translator, data: DemoData, config: Config):
+        from heedful.training.text_task import TextValidation
+
+        return TextValidation(data.dev, translator.src_tokenizer, translator.tgt_tokenizer, config)
+
+    def scores(self, outputs: list[str], references: list[str]) -> tuple[dict | None, str]:
+        return None, ""
+
+    def example(self, item: str, output: str, reference: str) -> str:
+        return f"  {item:<38} -> {output}  {mark(output, reference)}"
+
+    def draw(self, translator, data: DemoData, out: Path, name: str, label: str, echo) -> Path:
+        return _draw(translator, self.showcase(data.test), out, name, label, echo)
+
+    def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str:
+        source = self.showcase(data.test)
+        shown = drawn is not None and drawn.suffix == ".png"  # rnn-none draws no heatmap
+        return f' (try: heedful attention {model_dir} "{source}" --html viewer.html)' * shown
+
+
 DEMO_TASKS: dict[str, DemoTask] = {
     # ISO dates are 10 characters
-    "dates": DemoTask(
-        dates_task, "transformer", 40_000, 1000, "held-out dates",
+    "dates": TextDemo(
+        "dates", dates_task, "transformer", (40_000, 1000), "held-out dates",
         GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12),
         ("dates", "iso"), _clear_alignment,
     ),
     # the seq2seq article's chatbot is an RNN; replies are at most 24 characters
-    "dialogue": DemoTask(
-        dialogue_task, "rnn-bahdanau", 6000, 500, "held-out questions",
+    "dialogue": TextDemo(
+        "dialogue", dialogue_task, "rnn-bahdanau", (6000, 500), "held-out questions",
         GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=30),
         ("dialogue", "reply"), lambda _: ARTICLE_PAIR[0],
     ),
+    "captions": CaptionDemo(),  # pictures in (demo/captions.py)
 }  # fmt: skip
 
 
@@ -111,63 +204,18 @@ class DemoResult:
     exact_match: float
     steps: int
     train_seconds: float
-    heatmap: Path
-    examples: list[tuple[str, str, str]]  # (source, output, reference)
+    heatmap: Path | None  # the attention drawn: a heatmap, an overlay on the picture, a note
+    examples: list[tuple]  # (input, output, reference)
     model_dir: Path | None = None  # the trained model, for `heedful attention` / `explain`
     stopped_by: str = ""  # validation (it reached its target) | max_steps | max_time
     metrics: Path | None = None  # the training log, for `heedful curves`
     undertrained: bool = False  # held-out exact match below LOW_EXACT_MATCH
-
-
-def _split(task: DemoTask, train_size: int, test_size: int, seed: int) -> tuple[list, list, list]:
-    """Training, development and held-out pairs; the development pairs (at most 500) are
-    generated with the training pairs, so they never repeat a held-out source."""
-    dev_size = min(500, max(train_size // 10, 1))
-    pairs = task.make(train_size + dev_size, test_size, seed)
-    return pairs.train[:train_size], pairs.train[train_size:], pairs.test
-
-
-def _train(translator: Translator, pairs: tuple[list, list], config: Config, out: Path, progress):
-    """Train translator.model on `pairs` (train, dev) as every demo trains (demo/training.py)."""
-    from heedful.data.batching import InMemoryPairs
-    from heedful.training.text_task import TextValidation
-    from heedful.training.validation import make_validator
-
-    train, dev = pairs
-    tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
-    scores = make_validator(TextValidation(dev, *tokenizers, config), config, "cpu")
-
-    def validate(model) -> dict:
-        outputs = [t.text for t in translator.translate([s for s, _ in dev], batch_size=500)]
-        return {**scores(model), "exact_match": exact_match(outputs, [t for _, t in dev])}
-
-    pairs = InMemoryPairs(
-        [translator.src_tokenizer.encode(s) for s, _ in train],
-        [translator.tgt_tokenizer.encode(t) for _, t in train],
-    )
-    return train_logged(translator.model, pairs, config, validate, out, progress)
-
-
-def _score(translator: Translator, test: list, what: str, echo) -> tuple[float, list]:
-    """Exact match on the held-out pairs, and the first eight as (source, output, reference)."""
-    start = time.perf_counter()
-    sources = [s for s, _ in test]
-    translations = translator.translate(sources, batch_size=500)
-    accuracy = exact_match([t.text for t in translations], [t for _, t in test])
-    echo(
-        f"exact match on {len(sources)} {what}: {accuracy:.1%} "
-        f"({time.perf_counter() - start:.1f} s to translate)"
-    )
-    examples = [(s, t.text, ref) for (s, ref), t in zip(test[:8], translations)]
-    for source, output, reference in examples:
-        mark = "ok" if output == reference else f"WRONG, expected {reference}"
-        echo(f"  {source:<38} -> {output}  {mark}")
-    return accuracy, examples
+    bleu: dict | None = None  # captions: caption_bleu's bleu1..bleu4 and signature
 
 
 def _check_choice(kind: str, given: str, choices: dict) -> None:
     if given not in choices:
-        raise ValueError(f"unknown demo {kind} {given!r}; choose one of {', '.join(choices)}")
+        raise ValueError(f"unknown {kind} {given!r}; choose one of {', '.join(choices)}")
 
 
 def run_demo(
@@ -181,93 +229,89 @@ def run_demo(
     progress: bool = True,
     echo=print,
     task: str = "dates",
-):
-    """Generate the task, train a model on it (DEMO_MODELS[model_name] for text, for captions
-    demo_captions.CAPTION_MODELS'), score it, draw its attention and save it under out_dir;
-    `echo` receives each line of the report. The model and the sizes default to the task's.
-    Returns a DemoResult (captions: demo_captions.CaptionDemoResult, with its BLEU)."""
-    _check_choice("task", task, [*DEMO_TASKS, "captions"])
-    sizes = dict(train_size=train_size, test_size=test_size, max_steps=max_steps)
-    options = dict(**sizes, max_time=max_time, seed=seed, progress=progress, echo=echo)
-    if task == "captions":  # pictures in: its own data, models, scores and drawing
-        return run_caption_demo(model_name, out_dir, **options)
-    return _run_text_demo(DEMO_TASKS[task], task, model_name, Path(out_dir), **options)
-
-
-def _run_text_demo(
-    demo: DemoTask,
-    task: str,
-    model_name: str | None,
-    out_dir: Path,
-    train_size: int | None,
-    test_size: int | None,
-    max_steps: int | None,
-    max_time: float | None,
-    seed: int,
-    progress: bool,
-    echo,
 ) -> DemoResult:
+    """Generate the task, train a model on it (the task's models[model_name]: DEMO_MODELS for
+    text, demo/captions.py's CAPTION_MODELS for captions), score it, draw its attention and
+    save it under out_dir; `echo` receives each line of the report. The model and the sizes
+    default to the task's."""
+    _check_choice("demo task", task, DEMO_TASKS)
+    demo, out_dir = DEMO_TASKS[task], Path(out_dir)
     model_name = model_name or demo.model_name
-    _check_choice("model", model_name, DEMO_MODELS)
-    torch.manual_seed(seed)
-    train, dev, test = _split(
-        demo, train_size or demo.train_size, test_size or demo.test_size, seed
-    )
-    translator = _untrained(task, model_name, train, dev, len(test), echo)
-    config = Config(
-        DataConfig(tokenizer="char"),
-        DEMO_MODELS[model_name],
-        generation=demo.search,
-        train=budget(DEMO_TRAIN, max_steps, max_time, seed),
-    )
-    result = _train(translator, (train, dev), config, out_dir, progress)
-    echo(f"trained {result.steps} steps in {result.seconds:.0f} s (stopped by {result.stopped_by})")
+    _check_choice(f"{demo.word} model", model_name, demo.models)
+    sizes = (train_size or demo.sizes[0], test_size or demo.sizes[1])
+    data = demo.make(*sizes, seed)
+    translator = demo.untrained(demo.models[model_name], data, seed)
+    n_params = sum(p.numel() for p in translator.model.parameters())
+    echo(demo.intro(data))
+    echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
+    train = budget(demo.train, max_steps, max_time, seed)
+    config = Config(demo.data_config, demo.models[model_name], train=train, generation=demo.search)
+    result, kept = _train(translator, demo, data, config, out_dir, progress)
+    stopped = f"(stopped by {result.stopped_by}){kept}"
+    echo(f"trained {result.steps} steps in {result.seconds:.0f} s {stopped}")
     curves = f"heedful curves {out_dir} --png {out_dir / 'curves.png'}"
     echo(f"training log: {out_dir / 'metrics.jsonl'} (draw it: {curves})")
-    accuracy, examples = _score(translator, test, demo.what, echo)
+    accuracy, bleu, examples = _score(translator, demo, data.test, echo)
     warning = undertrained_warning(result.stopped_by, accuracy, config.train)
     if warning:
         echo(warning)
     undertrained = accuracy < LOW_EXACT_MATCH
     label = f"UNDERTRAINED, exact match {accuracy:.0%}: " if undertrained else ""
-    heatmap = _draw(translator, demo.showcase(test), out_dir, model_name, label, echo)
+    drawn = demo.draw(translator, data, out_dir, model_name, label, echo)
     model_dir = _save(translator, config.model, demo, out_dir / f"model-{model_name}")
-    hint = f' (try: heedful attention {model_dir} "{demo.showcase(test)}" --html viewer.html)'
-    echo(f"model: {model_dir}{hint if heatmap.suffix == '.png' else ''}")
-    return DemoResult(
-        model_name,
-        accuracy,
-        result.steps,
-        result.seconds,
-        heatmap,
-        examples,
-        model_dir,
-        result.stopped_by,
-        out_dir / "metrics.jsonl",
-        undertrained,
-    )
+    echo(f"model: {model_dir}{demo.hint(model_dir, data, out_dir, drawn)}")
+    metrics = out_dir / "metrics.jsonl"
+    run = (result.steps, result.seconds, drawn, examples, model_dir, result.stopped_by, metrics)
+    return DemoResult(model_name, accuracy, *run, undertrained, bleu)
+
+
+def _train(translator: Translator, demo, data: DemoData, config: Config, out: Path, progress):
+    """Train translator.model on the task's pairs as every demo trains (demo/training.py),
+    validating on the development pairs; a task that keeps its best weights ends with them.
+    Returns the TrainResult and what the report says of the weights kept ("" or the score)."""
+    from heedful.training.validation import make_validator
+
+    references = [reference for _, reference in data.dev]
+    valid = WithExactMatch(demo.validation(translator, data, config), references)
+    scores, best = make_validator(valid, config, "cpu"), BestWeights()
+
+    def validate(model) -> dict:
+        metrics = scores(model)
+        return best.offer(model, metrics) if demo.keep_best else metrics
+
+    pairs = demo.pairs(translator, data)
+    result = train_logged(translator.model, pairs, config, validate, out, progress)
+    if not demo.keep_best:
+        return result, ""
+    with torch.no_grad():
+        validate(translator.model.eval())  # the steps since the last validation count too
+    translator.model.load_state_dict(best.weights)
+    kept = f"; kept the weights best on {len(data.dev)} dev {demo.what.split()[-1]}"
+    return result, f"{kept} ({best.score:.1%})"
 
 
 def _save(translator: Translator, model_config, demo, model_dir: Path) -> Path:
     """The trained demo model as a model directory that every command reads."""
-    src, tgt = translator.src_tokenizer, translator.tgt_tokenizer
+    src, tgt = translator.source, translator.tgt_tokenizer
     search, languages = demo.search, demo.languages
     return save_model_dir(model_dir, translator.model, model_config, src, tgt, search, languages)
 
 
-def _untrained(task: str, model_name: str, train, dev, test_size: int, echo) -> Translator:
-    """The demo's character vocabularies (from its training and development pairs) and its
-    untrained model, said in two lines of the report."""
-    src_tok = CharTokenizer.train(s for s, _ in train + dev)
-    tgt_tok = CharTokenizer.train(t for _, t in train + dev)
-    model = build_model(DEMO_MODELS[model_name], len(src_tok), len(tgt_tok))
-    n_params = sum(p.numel() for p in model.parameters())
-    echo(
-        f"{task} task: {len(train)} training pairs, {test_size} held-out; e.g. "
-        f"{train[0][0]!r} -> {train[0][1]!r}"
-    )
-    echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
-    return Translator(model, src_tok, tgt_tok, DEMO_TASKS[task].search)
+def _score(translator: Translator, demo, test: list, echo) -> tuple[float, dict | None, list]:
+    """Exact match (and the task's other scores) on the held-out pairs, and the first eight
+    as (input, output, reference)."""
+    start = time.perf_counter()
+    outputs = [t.text for t in translator.translate([s for s, _ in test], batch_size=500)]
+    references = [reference for _, reference in test]
+    accuracy = exact_match(outputs, references)
+    scores, said = demo.scores(outputs, references)
+    seconds = time.perf_counter() - start
+    took = f"({seconds:.1f} s to {demo.verb})"
+    echo(f"exact match on {len(test)} {demo.what}: {accuracy:.1%}{said} {took}")
+    examples = [(s, output, r) for (s, r), output in zip(test[:8], outputs)]
+    for example in examples:
+        echo(demo.example(*example))
+    return accuracy, scores, examples
 
 
 def _draw(translator: Translator, source: str, out_dir: Path, model_name: str, label: str, echo):

@@ -1,18 +1,71 @@
 """What every demo task (demo/run.py's DEMO_TASKS: dates, dialogue, captions) trains and reports
-the same way: its budget from --max-steps / --max-time, training with a validation on the
-development pairs logged to OUT/metrics.jsonl (as `heedful train` logs, so `heedful curves OUT`
-draws it) and stopping once every one is right, and the warning of an undertrained model.
+the same way: its data's shape, its budget from --max-steps / --max-time, training with a
+validation on the development pairs (the task's own, training/validation.py's shape, with exact
+match) logged to OUT/metrics.jsonl (as `heedful train` logs, so `heedful curves OUT` draws it)
+and stopping once every one is right, and the warning of an undertrained model.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import torch
 
 from heedful.config import Config, TrainConfig
 
 # Below this held-out exact match the demo says its model is undertrained.
 LOW_EXACT_MATCH = 0.9
+
+
+def mark(output: str, reference: str) -> str:
+    """How a report's example line judges its output."""
+    return "ok" if output == reference else f"WRONG, expected {reference}"
+
+
+@dataclass
+class DemoData:
+    """A task's generated data: `own`, what only the task's own steps read (its training pairs,
+    its scenes), and the development and held-out (input, reference) pairs, an input a text or
+    a picture, that every task validates on and is scored on."""
+
+    own: object
+    dev: list[tuple]
+    test: list[tuple]
+
+
+class WithExactMatch:
+    """A task's Validation (training/validation.py) whose scores add exact match against the
+    development references: what the demo stops on, from the outputs validation found anyway."""
+
+    def __init__(self, valid, references: list[str]):
+        self.valid, self.references, self.sides = valid, references, valid.sides
+
+    def loss_batches(self):
+        return self.valid.loss_batches()
+
+    def outputs(self, searcher) -> list[str]:
+        return self.valid.outputs(searcher)
+
+    def scores(self, outputs: list[str]) -> dict:
+        from heedful.evaluation import exact_match
+
+        return {**self.valid.scores(outputs), "exact_match": exact_match(outputs, self.references)}
+
+
+class BestWeights:
+    """The best development exact match so far and a copy of the weights that scored it: a
+    task whose score swings late in training ends with those (the run stops on the clock,
+    wherever it is then)."""
+
+    def __init__(self):
+        self.score, self.weights = -1.0, None
+
+    def offer(self, model: torch.nn.Module, metrics: dict) -> dict:
+        if metrics["exact_match"] > self.score:
+            self.score = metrics["exact_match"]
+            self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return metrics
 
 
 def budget(train: TrainConfig, max_steps: int | None, max_time: float | None, seed: int):

@@ -1,8 +1,9 @@
 """What every engine offers (the Engine protocol), what each can do (its Capabilities), and the
 one check of a search against them, for the Python API, the CLI and the server alike.
 
-    torch         Translator (translator.py): every setting, prefixes, attention weights
-    torch         Captioner (captioner.py): the same search on images; no prefixes
+    torch         Translator (translator.py) on text: every setting, prefixes, attention
+                  weights, a trace's internals
+    torch         Translator on pictures (an image model): the same, but no internals
     ctranslate2   CTranslate2Translator (runtime.py): greedy and beam search only
 
 Torch-free: the CLI checks its flags against an engine before it loads a model.
@@ -26,13 +27,23 @@ DRAWS = frozenset({*SAMPLING, "num_samples"})  # what sample reads: refused with
 class Capabilities:
     """What an engine can do: the SearchSettings it honours (one it does not is refused when it
     would change the search: a setting away from its default, the sampling ones with sample
-    only), whether it forces prefixes, and whether it gives attention weights (need_weights,
-    traces)."""
+    only), whether it forces prefixes, whether it gives attention weights (need_weights,
+    traces) and whether a trace can record its internals (visualize/internals.py)."""
 
     settings: frozenset[str] = EVERY_SETTING
     prefixes: bool = True
     attention: bool = True
+    internals: bool = True
     instead: str = "the torch engine, not {engine}"  # what can, said when it refuses
+
+
+# An image model's Translator: pictures go through the same search, prefixes, sampling and
+# replay as text, and its traces through the same build_trace; the calculation panels'
+# internals are read off a token encoder's layers, which a picture's encoder does not have.
+PICTURES = Capabilities(
+    internals=False,
+    instead="a text model (an image model's trace holds its weights, picture and rollout)",
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,7 @@ class Names:
     setting: dict  # a SearchSettings field -> its name there (unlisted: the field's own)
     prefix: str
     attention: str
+    internals: str = "internals=True"  # only the Python API asks for them
 
 
 PYTHON = Names({"sample": "sample=True"}, "prefixes", "need_weights=True")
@@ -60,7 +72,7 @@ class Engine(Protocol):
     engine: str  # its name: torch | ctranslate2
     capabilities: Capabilities
     generation: SearchSettings  # the model's defaults (generation.json)
-    src_tokenizer: Any
+    source: Any  # data/sources.py: what translate() takes, text or pictures
     tgt_tokenizer: Any
 
     def translate(
@@ -93,16 +105,20 @@ def check_supported(
     prefixes: bool = False,
     attention: bool = False,
     names: Names = PYTHON,
+    internals: bool = False,
 ) -> None:
     """Unsupported, naming the setting, for what `engine` cannot do: the one check of it.
 
-    prefixes, attention: whether the call forces prefixes and asks for attention weights.
-    names: how the caller's surface spells them (PYTHON, CLI, HTTP)."""
+    prefixes, attention, internals: whether the call forces prefixes, asks for attention
+    weights and for a trace's internals. names: how the caller's surface spells them (PYTHON,
+    CLI, HTTP)."""
     if attention and not capabilities.attention:
         raise Unsupported(
             f"the {engine} engine, which gives no attention weights, was asked for them "
             f"({names.attention}): drop it, or use the torch engine (the default)"
         )
+    if internals and not capabilities.internals:
+        raise Unsupported(f"{names.internals} needs {capabilities.instead.format(engine=engine)}")
     refused = sorted(active(settings) - capabilities.settings)
     if refused or (prefixes and not capabilities.prefixes):
         # the decodings it lacks are named together (sample and prefix), whichever was asked

@@ -7,7 +7,7 @@
 
 Both are an engine.Engine: the same `translate(texts, num_beams, n_best, batch_size,
 need_weights, prefixes, settings=SearchSettings, **overrides) -> list[Translation]`, the
-attributes the server reads (src_tokenizer, tgt_tokenizer, generation, languages) and their
+attributes the server reads (source, tgt_tokenizer, generation, languages) and their
 declared capabilities, checked by engine.check_supported; so a caller changes engine by
 changing one argument of `load_translator`.
 """
@@ -24,17 +24,20 @@ import torch
 from heedful.checkpoint.model_dir import (
     CTRANSLATE2_DIR,
     CheckpointError,
-    load_tokenizers,
     read_generation,
     read_model_config,
 )
+from heedful.checkpoint.slots import load_tokenizers
 from heedful.config import ModelConfig
 from heedful.config.search import SearchSettings, call_settings
 from heedful.cpu import ctranslate2_compute_type
+from heedful.data.sources import TextSource
 from heedful.data.tokenizers import EOS_ID
 from heedful.inference.engine import SEARCH, Capabilities, check_supported
 from heedful.inference.export import export_ctranslate2, import_ctranslate2, vocabulary
-from heedful.inference.translator import Translation, Translator, blank_outputs, check_quantize
+from heedful.inference.quantize import check_quantize
+from heedful.inference.translation import Translation, blank_outputs
+from heedful.inference.translator import Translator
 from heedful.search.decoding import gnmt_length_penalty
 
 ENGINES = ("torch", "ctranslate2")
@@ -77,6 +80,7 @@ class CTranslate2Translator:
             src_tokenizer,
             tgt_tokenizer,
         )
+        self.source = TextSource(src_tokenizer)  # CTranslate2 reads text (data/sources.py)
         self.generation, self.languages, self.device = generation, languages, torch.device("cpu")
         self.config = config  # the exported model's architecture (Translator.config)
         self.src_vocab = vocabulary(src_tokenizer)
@@ -143,7 +147,7 @@ class CTranslate2Translator:
         )
         check_supported(self.engine, self.capabilities, g, prefixes is not None, need_weights)
         beams, n_best = g.num_beams, g.n_best
-        out, todo = blank_outputs(texts, self.src_tokenizer)
+        out, todo = blank_outputs(texts, self.source)
         ids = {i: self.src_tokenizer.encode(texts[i]) for i in todo}
         limits = {n: g.max_output_length(n) for n in {len(s) for s in ids.values()}}
         results = {}

@@ -1,8 +1,9 @@
 """The one dispatch from SearchSettings to a search of decoding.py: sampling when sample is
 set, greedy search for one beam and one output, else beam search.
 
-Every engine of torch (Translator, Captioner, an ensemble) searches through here, so a new
-decoding method is its settings (config/search.py), its loop (decoding.py) and its line here.
+Every engine of torch (Translator, on text or pictures; an ensemble) searches through here, so
+a new decoding method is its settings (config/search.py), its loop (decoding.py) and its line
+here.
 
 Shapes: B sentences, S source length (or an image's pixels).
 """

@@ -3,7 +3,9 @@ looked for each word (issue 12).
 
 A request is multipart/form-data with the picture in the field `file` (curl -F file=@cat.jpg),
 or JSON {"image": "<base64 of the file>"}; either may add `attention` (true: the answer has
-each word's weights over the gh × gw grid of regions) and `num_beams`. The picture is read by
+each word's weights over the gh × gw grid of regions) and `num_beams`, declared with the fields
+of /translate (schema.caption_request: one reading of booleans and numbers, one OpenAPI
+description from the declaration). The picture is read by
 data/images.py's rules (content decides the format, modes become RGB, the centre square is
 kept) with a pixel limit of MAX_UPLOAD_PIXELS checked from the header, so a small file that
 would decode to gigabytes is refused before it is decoded. Every fault of the upload is a 4xx
@@ -13,62 +15,19 @@ naming the field; none is logged as an error.
 # No `from __future__ import annotations`: FastAPI reads the route's annotation (`request:
 # Request`) as a live object, as in app.py.
 import asyncio
-import base64
-import binascii
 import threading
 import time
 from dataclasses import replace
-from typing import Any
 
 from heedful.server.body import json_object, media_type, read_timely_body
 from heedful.server.limits import ApiError
 from heedful.server.models import in_flight
 from heedful.server.models import ready as _ready
-from heedful.server.openapi import responses
+from heedful.server.openapi import caption_answer, responses
+from heedful.server.schema import RequestSchema, caption_request, upload_openapi
 
 MAX_UPLOAD_PIXELS = 16_000_000  # a 16-megapixel photo; data/images.py's own limit is 40
-FIELDS = ("image", "file", "attention", "num_beams")
 DECIMALS = 5  # the attention's rounding, as in a trace
-
-
-def _flag(value: Any, form: bool) -> bool:
-    """JSON true/false; a form's text true/false/1/0/yes/no (a form has no other types)."""
-    if isinstance(value, bool) and not form:
-        return value
-    spelled = value.strip().lower() if isinstance(value, str) and form else None
-    if spelled in ("true", "1", "yes", "false", "0", "no"):
-        return spelled in ("true", "1", "yes")
-    raise ApiError(400, f"field attention must be true or false, got {str(value)[:40]!r}")
-
-
-def _beams(value: Any, largest: int, form: bool) -> int:
-    """A JSON whole number, or a form's digits, from 1 to --max-num-beams."""
-    if form and isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= largest:
-        raise ApiError(
-            400, f"field num_beams must be a whole number from 1 to {largest} (--max-num-beams)"
-        )
-    return value
-
-
-def _options(fields: dict, form: bool, largest_beam: int) -> tuple[bool, int | None]:
-    """(attention, num_beams) of a request's fields; num_beams None: the model's default."""
-    attention = _flag(fields["attention"], form) if "attention" in fields else False
-    beams = fields.get("num_beams")
-    return attention, None if beams is None else _beams(beams, largest_beam, form)
-
-
-def _decoded(text: Any) -> bytes:
-    """JSON's `image`: the file's bytes in standard base64 (a data: URI's header is allowed)."""
-    if not isinstance(text, str):
-        raise ApiError(400, f"field image must be base64 text, got {type(text).__name__}")
-    if text.startswith("data:") and "," in text:
-        text = text.split(",", 1)[1]
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise ApiError(400, "field image is not valid base64") from None
 
 
 async def _multipart(headers, body: bytes) -> tuple[dict, bytes | None]:
@@ -95,54 +54,50 @@ async def _multipart(headers, body: bytes) -> tuple[dict, bytes | None]:
     return fields, data
 
 
-async def read_upload(request, limits) -> tuple[bytes, dict]:
-    """(the picture's bytes, the other fields) of a /caption request; 400, 413, 415 named."""
+async def read_upload(request, limits, schemas: dict[str, RequestSchema]):
+    """(the picture's bytes, attention, num_beams or None, the field it came in) of a /caption
+    request, every field read by its declaration in `schemas` (by media type); 400, 413, 415
+    named."""
     body = await read_timely_body(request, limits)
     kind = media_type(request.headers)
     if kind == "multipart/form-data":
         fields, data = await _multipart(request.headers, body)
         if data is None:
             raise ApiError(400, "missing field file: send the picture as -F file=@picture.png")
+        schema, fields = schemas[kind], schemas[kind].typed({**fields, "file": data})
     elif kind in ("", "application/json") or kind.endswith("+json"):
         if not body:
             raise ApiError(400, 'empty body: send the picture as JSON {"image": base64}')
-        fields = json_object(body)
+        schema, fields = schemas["application/json"], json_object(body)
         if "image" not in fields:
             raise ApiError(400, "missing field image (the picture's file in base64)")
-        data = _decoded(fields.pop("image"))
     else:
         raise ApiError(
             415,
             f"unsupported Content-Type {kind[:60]!r}: send multipart/form-data (field file) "
             "or application/json (field image, base64)",
         )
-    unknown = sorted(set(fields) - set(FIELDS))
+    picture, *options = schema.fields  # the file, or the image in base64; then the options
+    data = picture.read(fields)
+    names = [s.fields[0].name for s in schemas.values()] + [field.name for field in options]
+    unknown = sorted(set(fields) - set(names))
     if unknown:
-        raise ApiError(
-            400, f"unknown field {unknown[0][:40]!r}: /caption reads {', '.join(FIELDS)}"
-        )
+        raise ApiError(400, f"unknown field {unknown[0][:40]!r}: /caption reads {', '.join(names)}")
     if not data:
         raise ApiError(400, "the picture is empty (0 bytes)")
-    return data, fields
+    attention, beams = (schema[name].read(fields) for name in ("attention", "num_beams"))
+    schema["num_beams"].check_limit(beams)
+    return data, attention, beams, picture.name
 
 
 class ImageService:
-    """The Captioner of a served image model, over the weights its TranslationService loaded,
-    reading uploads under MAX_UPLOAD_PIXELS; one caption at a time (torch uses every core)."""
+    """A served image model's Translator, reading uploads under MAX_UPLOAD_PIXELS; one caption
+    at a time (torch uses every core)."""
 
     def __init__(self, translator):
-        from heedful.inference.captioner import Captioner
-
-        source = translator.src_tokenizer  # an image model's ImageSource
-        limit = min(source.transform.max_pixels, MAX_UPLOAD_PIXELS)
-        self.transform = replace(source.transform, max_pixels=limit)
-        self.captioner = Captioner(
-            translator.model,
-            self.transform,
-            translator.tgt_tokenizer,
-            translator.generation,
-            translator.device,
-        )
+        self.translator, transform = translator, translator.source.transform
+        limit = min(transform.max_pixels, MAX_UPLOAD_PIXELS)
+        self.transform = replace(transform, max_pixels=limit)
         self.lock = threading.Lock()
 
     def answer(
@@ -159,56 +114,16 @@ class ImageService:
         with self.lock:
             if time.monotonic() > deadline:  # queued uploads past theirs must not jam the rest
                 return None
-            settings = self.captioner.generation.but(num_beams=num_beams, n_best=1)
-            [caption] = self.captioner.caption([image], need_weights=attention, settings=settings)
+            settings = self.translator.generation.but(num_beams=num_beams, n_best=1)
+            [caption] = self.translator.translate(
+                [image], need_weights=attention, settings=settings
+            )
         answer = {"caption": caption.text, "tokens": caption.tokens, "score": caption.score}
         answer["grid"] = list(caption.grid)
         if attention and caption.attention is not None:
             grids = caption.attention_grid().astype("float64")  # (T, gh, gw)
             answer["attention"] = grids.round(DECIMALS).tolist()
         return answer
-
-
-CAPTION_ANSWER = {
-    "type": "object",
-    "required": ["caption", "tokens", "score", "grid"],
-    "properties": {
-        "caption": {"type": "string"},
-        "tokens": {"type": "array", "items": {"type": "string"}},
-        "score": {"type": "number"},
-        "grid": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
-        "attention": {
-            "description": "[T][gh][gw]: each token's attention over the regions (attention=true)",
-            "type": "array",
-        },
-    },
-}
-_OPTIONS = {
-    "attention": {"type": "boolean", "description": "also answer each word's attention"},
-    "num_beams": {"type": "integer", "minimum": 1, "description": "beam size (1: greedy)"},
-}
-_REQUEST = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["file"],
-                "properties": {"file": {"type": "string", "format": "binary"}, **_OPTIONS},
-            }
-        },
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "required": ["image"],
-                "properties": {
-                    "image": {"type": "string", "format": "byte", "description": "base64"},
-                    **_OPTIONS,
-                },
-            }
-        },
-    },
-}
 
 
 async def _counted_until_done(state, job: tuple):
@@ -232,25 +147,25 @@ def add_caption_route(app, states) -> None:
     from fastapi import Request
     from starlette.responses import JSONResponse
 
-    from heedful.inference.captioner import is_image_model
+    from heedful.checkpoint.model_dir import source_kind
 
-    state = next((s for s in states if is_image_model(s.model_dir)), None)
+    state = next((s for s in states if source_kind(s.model_dir) == "image"), None)
     if state is None:
         return
     services: list[ImageService] = []  # made on first use, once the weights have loaded
+    schemas = caption_request(state.limits)
 
     @app.post(
-        "/caption", responses=responses(CAPTION_ANSWER), openapi_extra={"requestBody": _REQUEST}
+        "/caption",
+        responses=responses(caption_answer()),
+        openapi_extra=upload_openapi(schemas),
     )
     async def caption(request: Request):
         """Caption an uploaded picture (multipart field `file`, or JSON `image` in base64)."""
         service = _ready(state)
-        data, fields = await read_upload(request, state.limits)
-        form = media_type(request.headers) == "multipart/form-data"
-        attention, beams = _options(fields, form, state.limits.max_num_beams)
+        data, attention, beams, field = await read_upload(request, state.limits, schemas)
         if not services:
             services.append(ImageService(service.translator))
-        field = "file" if form else "image"
         limit = state.limits.request_timeout
         deadline = time.monotonic() + limit
         job = (services[0].answer, data, field, attention, beams, deadline)

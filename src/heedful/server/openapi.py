@@ -57,6 +57,21 @@ def answer_schemas(source: str | list[str]) -> dict[str, dict]:
     }
 
 
+def caption_answer() -> dict:
+    """The JSON Schema of POST /caption's 200 answer (images.py)."""
+    captioned = {
+        "caption": {"type": "string"},
+        "tokens": _STRINGS,
+        "score": {"type": "number"},
+        "grid": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+        "attention": {
+            "description": "[T][gh][gw]: each token's attention over the regions (attention=true)",
+            "type": "array",
+        },
+    }
+    return _object(["caption", "tokens", "score", "grid"], captioned)
+
+
 def _object(required: list[str], properties: dict) -> dict:
     return {"type": "object", "required": required, "properties": properties}
 

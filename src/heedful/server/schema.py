@@ -1,10 +1,11 @@
-"""The request contract, declared once: the fields of /translate and /detect.
+"""The request contract, declared once: the fields of /translate, /detect and /caption.
 
 Each field below says its type, its range and its message; from the same declaration come the
-checks a request passes (parse_request, parse_detect, check_limits), the typing of form and
-query-string text (RequestSchema.typed) and the OpenAPI description of the request
-(RequestSchema.openapi), so the server and its schema cannot disagree: schemathesis fuzzes
-/openapi.json against the server, and tests/server/test_schema.py checks them field by field.
+checks a request passes (parse_request, parse_detect, check_limits; images.py's reading of
+/caption), the typing of form and query-string text (RequestSchema.typed) and the OpenAPI
+description of the request (RequestSchema.openapi, upload_openapi), so the server and its
+schema cannot disagree: schemathesis fuzzes /openapi.json against the server, and
+tests/server/test_schema.py checks them field by field.
 
 Unknown fields (LibreTranslate's `api_key`, a client's extras) are ignored, as LibreTranslate
 does, up to MAX_FIELDS fields in all.
@@ -19,6 +20,7 @@ from heedful.server.fields import (
     Boolean,
     Choice,
     Field,
+    File,
     Integer,
     Language,
     Number,
@@ -115,15 +117,14 @@ def numbers(limits: ServerLimits) -> tuple[Integer, ...]:
             0,
             as_text=True,
         ),
-        Integer(
-            "num_beams",
-            1,
-            limits.max_num_beams,
-            "--max-num-beams",
-            description="1: greedy search; raised to alternatives + 1 when smaller",
-        ),
+        beams(limits, "1: greedy search; raised to alternatives + 1 when smaller"),
         Integer("max_new_tokens", 1, limits.max_new_tokens, "--max-new-tokens"),
     )
+
+
+def beams(limits: ServerLimits, description: str) -> Integer:
+    """num_beams, of /translate and /caption: from 1 to --max-num-beams."""
+    return Integer("num_beams", 1, limits.max_num_beams, "--max-num-beams", description=description)
 
 
 # Read only with "sample": true, and otherwise ignored (a query string may carry them): every
@@ -171,6 +172,34 @@ def translate_request(
         ),
         required=("q", "source", "target"),
     )
+
+
+def caption_request(limits: ServerLimits) -> dict[str, RequestSchema]:
+    """POST /caption, by the media type of its body: the picture (a form's file, or JSON's
+    image in base64), then attention and num_beams, read as /translate reads its booleans and
+    numbers (images.py reads the picture itself within its own limits)."""
+    options = (
+        Boolean("attention", "also answer each word's attention over the grid of regions"),
+        beams(limits, "1: greedy search"),
+    )
+    return {
+        "application/json": RequestSchema(
+            (File("image", "the picture's file in base64", base64=True), *options),
+            required=("image",),
+        ),
+        "multipart/form-data": RequestSchema(
+            (File("file", "the picture's file"), *options), required=("file",)
+        ),
+    }
+
+
+def upload_openapi(schemas: dict[str, RequestSchema]) -> dict:
+    """The request body of a route that reads a body only, in each media type it takes."""
+    content = {
+        media: {"schema": schema.schema(form=media != "application/json")}
+        for media, schema in schemas.items()
+    }
+    return {"requestBody": {"required": True, "content": content}}
 
 
 def detect_request(limits: ServerLimits) -> RequestSchema:

@@ -86,11 +86,11 @@ class TranslationService:
             )
         except ValueError as error:  # Unsupported, or settings out of range (ConfigError)
             raise ApiError(400, str(error)) from None
-        if getattr(translator.src_tokenizer, "kind", None) == "image":  # it reads no text
+        if translator.source.kind == "image":  # it reads no text
             raise ApiError(400, "this is an image captioning model: POST a picture to /caption")
         searches, attention_bytes = [], 0
         for i, text in enumerate(request.texts):
-            source_tokens = len(translator.src_tokenizer.encode(text))
+            source_tokens = translator.source.length(text)
             if self.max_positions is not None and source_tokens > self.max_positions:
                 where = f"q[{i}]" if request.is_list else "q"
                 raise ApiError(

@@ -37,16 +37,16 @@ from heedful.checkpoint.model_dir import CheckpointError
 from heedful.config import Config, ConfigError
 from heedful.data.batching import Batch
 from heedful.data.corpus import CorpusError
-from heedful.data.image_pairs import FileImages, ImageSource, caption_batch, caption_pairs
+from heedful.data.image_pairs import FileImages, caption_batch, caption_pairs
 from heedful.data.images import ImageTransform
 from heedful.data.sentencepiece_model import fill_vocabulary
+from heedful.data.sources import ImageSource
 from heedful.data.tokenizers import Tokenizer
 from heedful.models.build import build_model
 from heedful.models.frozen import Trunk, cells_to_map, reading_cells
 from heedful.training.inputs import given_tokenizer, resumed, same_tokenizer
 from heedful.training.loop import Distributed
 from heedful.training.state import seed_generators
-from heedful.training.validation import make_validator
 
 
 def _read(config: Config, key: str) -> list:
@@ -97,10 +97,10 @@ def _model(config: Config, latest: Path | None, items, transform, echo=print, gi
                 f"{latest}: its target tokenizer differs from data.tgt_tokenizer "
                 f"({config.data.tgt_tokenizer}); use --force to start over"
             )
-        return loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
+        return loaded.model, loaded.source, loaded.tgt_tokenizer
     tgt_tok = given or _tokenizer(config, items, echo)
     seed_generators(config.train.seed)
-    model = build_model(config.model, len(ImageSource(transform)), len(tgt_tok))
+    model = build_model(config.model, 0, len(tgt_tok))  # pixels: no source vocabulary
     if config.model.encoder_weights is not None:
         from heedful.models.pretrained import load_backbone_weights
 
@@ -110,18 +110,20 @@ def _model(config: Config, latest: Path | None, items, transform, echo=print, gi
 
 class CaptionValidation:
     """The validation images of a captions task (validation.py), in batches of
-    train.batch_tokens // 64 images; `load(j)` gives the model's input for image j (default:
-    its pixels; cached trunk cells instead). Each validation reads an image twice, for the
-    loss and for the search: a cached trunk's cells cost nothing to read again."""
+    train.batch_tokens // 64 images: `references`, each image's captions; `load(j)`, the
+    model's input for image j (its pixels, FileImages; or cached trunk cells). Each validation
+    reads an image twice, for the loss and for the search: a cached trunk's cells cost nothing
+    to read again."""
 
-    def __init__(self, items, source: ImageSource, tgt_tok, config: Config, load=None):
-        self.load = load or FileImages([path for path, _ in items], source.transform)
-        self.references = [caps for _, caps in items]
+    def __init__(
+        self, references: list[list[str]], load, source: ImageSource, tgt_tok, config: Config
+    ):
+        self.load, self.references = load, references
         length = config.data.max_length
         self.first = [tgt_tok.encode(refs[0])[:length] for refs in self.references]
-        size = max(1, config.train.batch_tokens // 64)
-        self.rows = [range(i, min(i + size, len(items))) for i in range(0, len(items), size)]
-        self.tokenizers = (source, tgt_tok)
+        size, count = max(1, config.train.batch_tokens // 64), len(references)
+        self.rows = [range(i, min(i + size, count)) for i in range(0, count, size)]
+        self.sides = (source, tgt_tok)
 
     def _images(self, rows: range) -> torch.Tensor:
         return torch.stack([self.load(j) for j in rows])  # (B, 3, H, W) or (B, C, gh, gw)
@@ -131,7 +133,7 @@ class CaptionValidation:
             yield caption_batch(self._images(rows), [self.first[j] for j in rows])
 
     def outputs(self, searcher) -> list[str]:
-        decode = self.tokenizers[1].decode  # searched as Captioner searches
+        decode = self.sides[1].decode  # searched as Translator.translate searches
         found = (searcher.search(self._images(rows).to(searcher.device), 1) for rows in self.rows)
         return [decode(hyps[0].tokens) for batch in found for hyps in batch]
 
@@ -147,11 +149,6 @@ class CaptionValidation:
             "bleu3": bleu["bleu3"],
             "exact_match": exact_match(["x" if h else "" for h in hits], ["x"] * len(hits)),
         }
-
-
-def make_caption_validator(items, source: ImageSource, tgt_tok, config: Config, device, load=None):
-    """validation.make_validator over the CaptionValidation of `items`."""
-    return make_validator(CaptionValidation(items, source, tgt_tok, config, load), config, device)
 
 
 class CachedCells:
@@ -246,7 +243,8 @@ class CaptionTask:
         load, valid_load = _sources(config, model, splits, source.transform, cache, device, echo)
         pairs = caption_pairs(data.train, tgt_tok, config.data.max_length, load, regions)
         echo(f"training pairs: {len(pairs)} captions of {len(data.train)} images")
-        return pairs, CaptionValidation(data.valid, source, tgt_tok, config, valid_load)
+        references = [captions for _, captions in data.valid]
+        return pairs, CaptionValidation(references, valid_load, source, tgt_tok, config)
 
     def reading(self, model, data: CaptionData):
         """With a cache, the model reads cells: its trunk passed over."""

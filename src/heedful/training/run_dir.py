@@ -26,6 +26,7 @@ from pathlib import Path
 
 from heedful.checkpoint.model_dir import write_model_files
 from heedful.config import Config, save_config
+from heedful.data.sources import IMAGE_SLOT, TEXT_SLOT, as_source
 from heedful.evaluation import higher_is_better
 from heedful.io import (
     CheckpointError,
@@ -41,11 +42,13 @@ from heedful.training.loop import Distributed, TrainResult, train
 from heedful.training.state import TrainState
 
 LOCK_FILE = "train.lock"
-# what Run.save writes into a checkpoint; training_state.json goes last
+# what Run.save writes into a checkpoint (the source in one of its two slots, data/sources.py);
+# training_state.json goes last
+SOURCE_SLOTS = (TEXT_SLOT, IMAGE_SLOT)
 CHECKPOINT_FILES = (
     "config.json",
     "model.safetensors",
-    "tokenizer.src",
+    *SOURCE_SLOTS,
     "tokenizer.tgt",
     "generation.json",
     "training_state.safetensors",
@@ -323,10 +326,9 @@ def run_training(run: Run, model, tokenizers, pairs, validate, latest, progress,
         state = TrainState.fresh(model, config.train)
     run.rewind_metrics(state.progress.step)
     n_params = sum(p.numel() for p in model.parameters())
-    echo(
-        f"model: {config.model.arch}, {n_params:,} parameters; "
-        f"vocabulary {len(tokenizers[0])} / {len(tokenizers[1])}"
-    )
+    sizes = (as_source(tokenizers[0]).vocab_size, len(tokenizers[1]))  # pictures: no source's
+    vocabulary = " / ".join(str(size) for size in sizes if size is not None)
+    echo(f"model: {config.model.arch}, {n_params:,} parameters; vocabulary {vocabulary}")
     result = train(
         model,
         pairs,
@@ -355,7 +357,10 @@ def stopped_line(run: Run, result: TrainResult) -> str:
 
 
 def _complete_checkpoint(directory: Path) -> bool:
-    return all((directory / name).is_file() for name in CHECKPOINT_FILES)
+    """Every file a checkpoint has, its source in either slot."""
+    files = [name for name in CHECKPOINT_FILES if name not in SOURCE_SLOTS]
+    has_source = any((directory / slot).is_file() for slot in SOURCE_SLOTS)
+    return has_source and all((directory / name).is_file() for name in files)
 
 
 def _keep_record(line: str, step: int) -> bool:

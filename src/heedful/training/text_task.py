@@ -58,7 +58,7 @@ class TextValidation:
         lengths = [len(s) for s in self.src_ids], [len(t) + 1 for t in self.tgt_ids]
         self.plan = bucketed_batches(*lengths, budget)
         self.sentences = max(1, budget // max(1, *map(len, self.src_ids)))  # per search batch
-        self.tokenizers, self.config = (src_tok, tgt_tok), config
+        self.sides, self.config = (src_tok, tgt_tok), config
 
     def loss_batches(self) -> Iterator[Batch]:
         for rows in self.plan:

@@ -1,9 +1,10 @@
 """A run's validation, one shape for every task (experiment.py): the teacher-forced loss of the
 references, then greedy search and the task's scores of what it found.
 
-A task supplies the `Validation` (text_experiment.TextValidation for translation,
-captions_experiment.CaptionValidation for captions): its batches, how its sources are searched
-and what its outputs score; the loss, the perplexity and the search settings are the same for
+A task supplies the `Validation` (text_task.TextValidation for translation,
+captions_task.CaptionValidation for captions, and the demo's tasks): its batches, how its
+sources are searched and what its outputs score; the loss, the perplexity, the search settings
+and the Translator that searches (text or pictures, as its source side reads) are the same for
 all of them.
 """
 
@@ -22,7 +23,7 @@ from heedful.training.loop import sequence_loss
 class Validation(Protocol):
     """What a task validates on."""
 
-    tokenizers: tuple  # (source side, target tokenizer): what the search reads and writes
+    sides: tuple  # (its Source or source tokenizer, target tokenizer): what it reads and writes
 
     def loss_batches(self) -> Iterable[Batch]:
         """The references as teacher-forced batches, on the CPU."""
@@ -52,7 +53,7 @@ def make_validator(valid: Validation, config: Config, device) -> Callable[..., d
             logits = model(batch.src, batch.tgt_in).logits  # (B, T, V)
             total += sequence_loss(logits, batch.tgt_out, 0.0, "sum").item()
             tokens += batch.target_tokens()
-        searcher = Translator(model, *valid.tokenizers, greedy, device=device)
+        searcher = Translator(model, *valid.sides, greedy, device=device)
         loss = total / max(tokens, 1)  # nats per reference token
         scores = valid.scores(valid.outputs(searcher))
         return {"loss": loss, "ppl": math.exp(min(loss, 50)), **scores}

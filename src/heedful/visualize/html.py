@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 
 from heedful import safejson
-from heedful.visualize.trace import check_index, check_kind
+from heedful.visualize.trace import Trace, TraceHypothesis, check_index, check_kind
 
 
 @functools.cache
@@ -223,9 +223,7 @@ def viewer_template() -> list:
     """render_html's page cut at the places that change per trace: strings to keep and
     {"slot": "source" | "output" | "trace"} for a page's JavaScript to fill in (the escaped
     source text, the escaped output text, the trace as JSON safe inside <script>)."""
-    from heedful.visualize.trace import placeholder_trace
-
-    page = render_html(placeholder_trace(_SOURCE_SLOT, _OUTPUT_SLOT))
+    page = render_html(_placeholder_trace(_SOURCE_SLOT, _OUTPUT_SLOT))
     head, found, rest = page.partition(_TRACE_TAG)
     if not found or "</script>" not in rest:
         raise RuntimeError("the viewer page has no embedded trace to replace (visualize/html.py)")
@@ -235,3 +233,26 @@ def viewer_template() -> list:
     for piece in re.split(f"({_SOURCE_SLOT}|{_OUTPUT_SLOT})", head):
         parts.append({"slot": slots[piece]} if piece in slots else piece)
     return parts + [_TRACE_TAG, {"slot": "trace"}, "</script>" + tail]
+
+
+def _placeholder_trace(source: str, output: str) -> Trace:
+    """A trace with every field and no weights, whose source and output texts a page finds
+    and replaces by a real trace's (viewer_template, for the server's page)."""
+    hypothesis = TraceHypothesis(
+        text=output,
+        tokens=[],
+        score=0.0,
+        finished=True,
+        cross_attention=None,
+        decoder_self_attention=None,
+        top_k=[],
+        rnn=None,
+    )
+    return Trace(
+        model={},
+        source=source,
+        source_tokens=[],
+        search={},
+        encoder_self_attention=None,
+        hypotheses=[hypothesis],
+    )

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heedful.config.search import SearchSettings
-from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID, seen_tokens
+from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID, PAD_ID
+from heedful.inference.engine import check_supported
 from heedful.layers.scores import SCORES
 from heedful.safejson import dumps
 from heedful.visualize.internals import (
@@ -34,6 +35,7 @@ from heedful.visualize.trace_check import (  # check_index, check_kind: their ol
     check_trace,
     read_trace_json,
 )
+from heedful.visualize.trace_image import add_picture
 from heedful.visualize.trace_size import TOP_K, estimated_json_bytes  # noqa: F401 (its old home)
 
 if TYPE_CHECKING:
@@ -316,7 +318,7 @@ def _asked(translator, num_beams, n_best, length_penalty, sampling) -> SearchSet
 
 def build_trace(
     translator,
-    sentence: str,
+    item,
     num_beams: int = 1,
     n_best: int = 1,
     top_k: int | None = None,
@@ -328,72 +330,61 @@ def build_trace(
     source: str | None = None,
     settings: SearchSettings | None = None,
 ) -> Trace:
-    """Translate `sentence` and record, for each of the n_best outputs, every attention weight.
+    """Translate `item` and record, for each of the n_best outputs, every attention weight.
 
-    translator: a heedful.Translator (its model, tokenizers and length limits are used).
+    translator: a heedful.Translator (its model, source side, tokenizer and length limits are
+        used). item: a sentence, or for an image model a picture (a file, its bytes or (H, W,
+        3) uint8 pixels), whose trace also holds the picture, its grid and, for an encoder
+        with self-attention, the rollout (trace_image.py).
     settings: the SearchSettings [default: the translator's, with num_beams (1: greedy),
         n_best, length_penalty (None: the translator's) and sampling as given].
     top_k: how many candidate next tokens to record at each step; None is TOP_K.
     internals: record what the viewer's calculation panels need (per-head Q, K, V; RNN
         encoder and attentional states): None does so while they stay within
-        INTERNALS_MAX_NUMBERS numbers (docs/trace-schema.md), True always, False never.
+        INTERNALS_MAX_NUMBERS numbers (docs/trace-schema.md), True always, False never; an
+        image model has none (engine.py: refused by name when asked for).
     prefix: target text the outputs must start with. sampling: SearchSettings' sampling
         fields (temperature, top_k, top_p, seed): draw n_best outputs instead of searching.
     target, source: the language pair, as Translator.translate takes them: a multilingual
         model reads the target's token first, and a <2de> the sentence starts with is text.
     Raises ValueError for an empty sentence.
     """
-    if not sentence.strip():
+    side = translator.source  # data/sources.py: text or pictures
+    if side.blank(item):
         raise ValueError("empty sentence: there is nothing to translate, so nothing to trace")
-    [sentence] = translator.sources([sentence], target, source)  # only the API sets a target
+    [item] = translator.sources(side.inputs([item]), target, source)  # only the API sets one
     top_k = TOP_K if top_k is None else top_k
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     settings = settings or _asked(translator, num_beams, n_best, length_penalty, sampling)
-    ids = translator.src_tokenizer.encode(sentence)
-    source_tokens = seen_tokens(translator.src_tokenizer, sentence)  # <unk> where it saw one
+    check_supported(translator.engine, translator.capabilities, settings, internals=internals)
     import torch
 
-    src = torch.tensor([ids], device=translator.device)  # (1, S)
+    src = side.batch([item], translator.device)  # (1, S), or (1, 3, size, size) pixels
     hyps, search, drawn = _search(translator, src, settings, prefix)
-    internals = records_internals(translator, internals, len(ids), hyps)
+    if translator.capabilities.internals:
+        internals = records_internals(translator, internals, side.length(item), hyps)
     with torch.no_grad():
         traced = [
-            replayed(translator, src, h, top_k, internals, i == 0, drawn)
+            replayed(translator, src, h, top_k, bool(internals), i == 0, drawn)
             for i, h in enumerate(hyps)
         ]
-    return Trace(
+    return _trace(translator, item, search, traced)
+
+
+def _trace(translator, item, search: dict, traced: list) -> Trace:
+    """The Trace of `item` from its hypotheses as replayed (TraceHypothesis, encoder
+    self-attention, shared internals); an image model's with its picture, grid and rollout."""
+    side, encoder = translator.source, traced[0][1]
+    trace = Trace(
         model=model_info(translator.config),
-        source=sentence,
-        source_tokens=source_tokens,
+        source=side.describe(item),
+        source_tokens=side.seen(item),  # <unk> (猫) where it saw one; a picture's regions
         search=search,
-        encoder_self_attention=rounded(traced[0][1]),
+        encoder_self_attention=rounded(encoder),
         hypotheses=[h for h, _, _ in traced],
         internals=traced[0][2],
     )
-
-
-# ---- sizes and placeholders for pages that show a trace later (server) ----
-
-
-def placeholder_trace(source: str, output: str) -> Trace:
-    """A trace with every field and no weights, whose source and output texts a page finds
-    and replaces by a real trace's (the server's page, heedful.visualize.html.viewer_template)."""
-    hypothesis = TraceHypothesis(
-        text=output,
-        tokens=[],
-        score=0.0,
-        finished=True,
-        cross_attention=None,
-        decoder_self_attention=None,
-        top_k=[],
-        rnn=None,
-    )
-    return Trace(
-        model={},
-        source=source,
-        source_tokens=[],
-        search={},
-        encoder_self_attention=None,
-        hypotheses=[hypothesis],
-    )
+    if side.kind == "image":  # trace_image.py
+        add_picture(trace, item, translator.config, side.grid, encoder)
+    return trace

@@ -67,7 +67,7 @@ function imageExplain(t) {
     "patch " + patch + " after the last layer draws from each input patch, through every layer " +
     "(each layer \u00BD attention + \u00BD the residual path).";
   return "Step " + (t + 1) + ": where the model looked to write " + JSON.stringify(tokens[t]) +
-    " (clear: the most weight; darker: less, black: none). Hover a word below to see its regions.";
+    " (clear: the most weight; darker: less, black: none). Hover a word above to see its regions.";
 }
 // The caption's words under the picture, rebuilt only when the step or the output changes (a
 // rebuild under the pointer would undo the hover it answers).
