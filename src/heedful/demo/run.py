@@ -77,6 +77,7 @@ DEMO_TRAIN = TrainConfig(
     label_smoothing=0.1,
     clip_norm=1.0,
     eval_every=200,
+    snapshot_sentences=2,  # the heatmap's sentence and a development one, over training
 )
 
 
@@ -103,6 +104,7 @@ class DemoTask(Protocol):
     def scores(self, outputs: list[str], references: list[str]) -> tuple[dict | None, str]: ...
     def example(self, item, output: str, reference: str) -> str: ...  # a report line
     def draw(self, translator, data: DemoData, out: Path, name: str, label: str, echo): ...
+    def snapshot_inputs(self, data: DemoData) -> list: ...  # traced over training, drawn first
     def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str: ...
 
 
@@ -175,6 +177,10 @@ class TextDemo:
     def draw(self, translator, data: DemoData, out: Path, name: str, label: str, echo) -> Path:
         return _draw(translator, self.showcase(data.test), out, name, label, echo)
 
+    def snapshot_inputs(self, data: DemoData) -> list[str]:
+        """The source the heatmap draws, then the development sources."""
+        return [self.showcase(data.test), *(source for source, _ in data.dev)]
+
     def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str:
         source = self.showcase(data.test)
         shown = drawn is not None and drawn.suffix == ".png"  # rnn-none draws no heatmap
@@ -229,11 +235,13 @@ def run_demo(
     progress: bool = True,
     echo=print,
     task: str = "dates",
+    snapshots: int | None = None,
 ) -> DemoResult:
     """Generate the task, train a model on it (the task's models[model_name]: DEMO_MODELS for
     text, demo/captions.py's CAPTION_MODELS for captions), score it, draw its attention and
     save it under out_dir; `echo` receives each line of the report. The model and the sizes
-    default to the task's."""
+    default to the task's; `snapshots`, the inputs traced over training into
+    out_dir/snapshots.json (0: none), too."""
     _check_choice("demo task", task, DEMO_TASKS)
     demo, out_dir = DEMO_TASKS[task], Path(out_dir)
     model_name = model_name or demo.model_name
@@ -244,13 +252,16 @@ def run_demo(
     n_params = sum(p.numel() for p in translator.model.parameters())
     echo(demo.intro(data))
     echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
-    train = budget(demo.train, max_steps, max_time, seed)
+    train = budget(demo.train, max_steps, max_time, seed, snapshots)
     config = Config(demo.data_config, demo.models[model_name], train=train, generation=demo.search)
     result, kept = _train(translator, demo, data, config, out_dir, progress)
     stopped = f"(stopped by {result.stopped_by}){kept}"
     echo(f"trained {result.steps} steps in {result.seconds:.0f} s {stopped}")
     curves = f"heedful curves {out_dir} --png {out_dir / 'curves.png'}"
     echo(f"training log: {out_dir / 'metrics.jsonl'} (draw it: {curves})")
+    if config.train.snapshot_sentences:
+        slider = f"heedful attention {out_dir} --html {out_dir / 'training.html'}"
+        echo(f"attention over training: {out_dir / 'snapshots.json'} (see it: {slider})")
     accuracy, bleu, examples = _score(translator, demo, data.test, echo)
     warning = undertrained_warning(result.stopped_by, accuracy, config.train)
     if warning:
@@ -280,7 +291,8 @@ def _train(translator: Translator, demo, data: DemoData, config: Config, out: Pa
         return best.offer(model, metrics) if demo.keep_best else metrics
 
     pairs = demo.pairs(translator, data)
-    result = train_logged(translator.model, pairs, config, validate, out, progress)
+    snapshots = _snapshots(translator, demo.snapshot_inputs(data), config, out)
+    result = train_logged(translator.model, pairs, config, validate, out, progress, snapshots)
     if not demo.keep_best:
         return result, ""
     with torch.no_grad():
@@ -288,6 +300,20 @@ def _train(translator: Translator, demo, data: DemoData, config: Config, out: Pa
     translator.model.load_state_dict(best.weights)
     kept = f"; kept the weights best on {len(data.dev)} dev {demo.what.split()[-1]}"
     return result, f"{kept} ({best.score:.1%})"
+
+
+def _snapshots(translator: Translator, inputs: list, config: Config, out: Path):
+    """The run's snapshots (training/snapshots.py) into out/snapshots.json, or None (and an
+    earlier run's file gone) when the config asks for none."""
+    from heedful.training.snapshots import Snapshots
+    from heedful.visualize.snapshots import FILE_NAME
+
+    path = out / FILE_NAME
+    if not config.train.snapshot_sentences:
+        path.unlink(missing_ok=True)
+        return None
+    sides = (translator.source, translator.tgt_tokenizer)
+    return Snapshots(path, inputs, sides, config, translator.device, print)
 
 
 def _save(translator: Translator, model_config, demo, model_dir: Path) -> Path:

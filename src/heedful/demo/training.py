@@ -40,6 +40,7 @@ class WithExactMatch:
 
     def __init__(self, valid, references: list[str]):
         self.valid, self.references, self.sides = valid, references, valid.sides
+        self.inputs = valid.inputs
 
     def loss_batches(self):
         return self.valid.loss_batches()
@@ -68,9 +69,17 @@ class BestWeights:
         return metrics
 
 
-def budget(train: TrainConfig, max_steps: int | None, max_time: float | None, seed: int):
-    """A task's TrainConfig with the caller's budget and seed."""
+def budget(
+    train: TrainConfig,
+    max_steps: int | None,
+    max_time: float | None,
+    seed: int,
+    snapshots: int | None = None,
+):
+    """A task's TrainConfig with the caller's budget, seed and inputs traced over training."""
     train = replace(train, seed=seed)
+    if snapshots is not None:
+        train = replace(train, snapshot_sentences=snapshots)
     if max_steps is not None:
         train = replace(train, max_steps=max_steps, eval_every=min(train.eval_every, max_steps))
     if max_time is not None:
@@ -78,10 +87,12 @@ def budget(train: TrainConfig, max_steps: int | None, max_time: float | None, se
     return train
 
 
-def train_logged(model, pairs, config: Config, validate, out: Path, progress: bool):
+def train_logged(model, pairs, config: Config, validate, out: Path, progress: bool, snapshots=None):
     """Train `model` on `pairs`, validating with `validate` (it scores exact_match on the
     development pairs), logging to out/metrics.jsonl; stop once every development pair is
-    right. The validations are logged in place of checkpoints: a demo saves its model once."""
+    right. The validations are logged in place of checkpoints: a demo saves its model once.
+    `snapshots` (training/snapshots.py), if any, trace their inputs before the first step
+    and at every validation, into out/snapshots.json."""
     from heedful.training.loop import Distributed
     from heedful.training.loop import train as train_model
     from heedful.training.run_dir import Run
@@ -90,9 +101,14 @@ def train_logged(model, pairs, config: Config, validate, out: Path, progress: bo
     (out / "metrics.jsonl").unlink(missing_ok=True)  # the log of this run only
     run = Run(out, config, Distributed())
 
-    def log_validation(_state, metrics: dict | None) -> None:  # instead of a checkpoint
+    def log_validation(state, metrics: dict | None) -> None:  # instead of a checkpoint
         if metrics is not None:
             run.log({"event": "validation", **metrics})
+            if snapshots is not None:
+                snapshots.take(model, state.progress.step, metrics)
+
+    if snapshots is not None:
+        snapshots.start(model, 0)  # the untrained model's traces
 
     return train_model(
         model,

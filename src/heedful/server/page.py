@@ -17,7 +17,7 @@ from importlib import resources
 
 from heedful.safejson import for_script
 from heedful.server.limits import ServerLimits
-from heedful.visualize.html import viewer_template
+from heedful.visualize.html import frame_script, viewer_template
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek",
@@ -90,7 +90,7 @@ def index_page(
         "DATA": for_script(data),
         # the files end with a newline, which the template has already
         "CSS": _asset("page.css").removesuffix("\n"),
-        "JS": _asset("page.js").removesuffix("\n"),
+        "JS": frame_script() + _asset("page.js").removesuffix("\n"),
     }
     # One pass, so that a marker inside the data or an asset is never itself replaced.
     return re.sub(r"@@([A-Z]+)@@", lambda match: parts[match.group(1)], _asset("index.html"))

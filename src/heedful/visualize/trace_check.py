@@ -24,14 +24,13 @@ ARCHS = ("transformer", "rnn")
 ATTENTIONS = ("multi-head", *RNN_ATTENTIONS)
 
 
-def read_trace_json(path: Path) -> Any:
-    """A trace file's JSON: at most MAX_TRACE_BYTES, strict UTF-8, no NaN or Infinity (which
-    Python's json reads but JSON does not allow, and the viewer could not draw)."""
+def read_trace_json(path: Path, max_bytes: int = MAX_TRACE_BYTES, what: str = "a trace") -> Any:
+    """A trace file's JSON (or another file of traces: `what` it is, at most `max_bytes`): at
+    most MAX_TRACE_BYTES, strict UTF-8, no NaN or Infinity (which Python's json reads but JSON
+    does not allow, and the viewer could not draw)."""
     size = path.stat().st_size
-    if size > MAX_TRACE_BYTES:
-        raise ValueError(
-            f"{size:,} bytes, larger than the {MAX_TRACE_BYTES:,} bytes a trace may have"
-        )
+    if size > max_bytes:
+        raise ValueError(f"{size:,} bytes, larger than the {max_bytes:,} bytes {what} may have")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
