@@ -75,6 +75,9 @@ function modelInfo() {
   else parts.push(search.num_beams > 1 ? "beam search, " + search.num_beams + " beams" : "greedy search");
   if (search.prefix) parts.push("prefix " + JSON.stringify(search.prefix));
   parts.push(sourceTokens.length + " source tokens");
+  // heads switched off (inference/heads.py): their weights are drawn, their output was zero
+  const off = (trace.masked_heads || []).map((h) => h.kind + ":" + h.layer + (h.head ? ":" + h.head : ""));
+  if (off.length) parts.push("heads switched off: " + off.join(", "));
   return parts.join(" \u00B7 ");
 }
 
