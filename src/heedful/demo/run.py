@@ -22,18 +22,19 @@ from typing import ClassVar, Protocol
 import torch
 
 from heedful.checkpoint.model_dir import save_model_dir
+from heedful.checkpoint.status import status_line
 from heedful.config import Config, DataConfig, GenerationConfig, ModelConfig, TrainConfig
 from heedful.data.batching import Pairs
 from heedful.data.tokenizers import CharTokenizer
 from heedful.demo.captions import CaptionDemo
 from heedful.demo.training import (
-    LOW_EXACT_MATCH,
     BestWeights,
     DemoData,
     WithExactMatch,
     budget,
     mark,
     train_logged,
+    training_status,
     undertrained_warning,
 )
 from heedful.evaluation import exact_match
@@ -67,10 +68,12 @@ DEMO_MODELS: dict[str, ModelConfig] = {
     },
 }
 
+# Budgets are steps (DemoTask.step_budget), not seconds: a busy machine then trains the same
+# model, only slower; max_steps here is what the tasks' own budgets replace
 DEMO_TRAIN = TrainConfig(
     batch_tokens=2000,
     max_steps=6000,
-    max_time=150.0,
+    max_time=None,
     lr=3e-3,
     warmup_steps=100,
     schedule="inverse_sqrt",
@@ -105,6 +108,7 @@ class DemoTask(Protocol):
     def example(self, item, output: str, reference: str) -> str: ...  # a report line
     def draw(self, translator, data: DemoData, out: Path, name: str, label: str, echo): ...
     def snapshot_inputs(self, data: DemoData) -> list: ...  # traced over training, drawn first
+    def step_budget(self, model: str) -> int: ...  # its steps at most (docs/benchmarks.md)
     def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str: ...
 
 
@@ -129,6 +133,9 @@ class TextDemo:
     search: GenerationConfig
     languages: tuple[str, str]
     showcase: Callable[[list[tuple[str, str]]], str]  # held-out pairs -> the source to draw
+    # steps at most of the Transformer and of every RNN (rnn-none too: "what attention buys"
+    # compares them at equal steps), measured to reach the target with a margin
+    budgets: tuple[int, int]
     models: ClassVar[dict] = DEMO_MODELS
     word: ClassVar[str] = "demo"
     data_config: ClassVar[DataConfig] = DataConfig(tokenizer="char")
@@ -181,6 +188,9 @@ class TextDemo:
         """The source the heatmap draws, then the development sources."""
         return [self.showcase(data.test), *(source for source, _ in data.dev)]
 
+    def step_budget(self, model: str) -> int:
+        return self.budgets[0] if model == "transformer" else self.budgets[1]
+
     def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str:
         source = self.showcase(data.test)
         shown = drawn is not None and drawn.suffix == ".png"  # rnn-none draws no heatmap
@@ -192,13 +202,13 @@ DEMO_TASKS: dict[str, DemoTask] = {
     "dates": TextDemo(
         "dates", dates_task, "transformer", (40_000, 1000), "held-out dates",
         GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12),
-        ("dates", "iso"), _clear_alignment,
+        ("dates", "iso"), _clear_alignment, (5000, 6000),
     ),
     # the seq2seq article's chatbot is an RNN; replies are at most 24 characters
     "dialogue": TextDemo(
         "dialogue", dialogue_task, "rnn-bahdanau", (6000, 500), "held-out questions",
         GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=30),
-        ("dialogue", "reply"), lambda _: ARTICLE_PAIR[0],
+        ("dialogue", "reply"), lambda _: ARTICLE_PAIR[0], (5400, 1500),
     ),
     "captions": CaptionDemo(),  # pictures in (demo/captions.py)
 }  # fmt: skip
@@ -215,7 +225,7 @@ class DemoResult:
     model_dir: Path | None = None  # the trained model, for `heedful attention` / `explain`
     stopped_by: str = ""  # validation (it reached its target) | max_steps | max_time
     metrics: Path | None = None  # the training log, for `heedful curves`
-    undertrained: bool = False  # held-out exact match below LOW_EXACT_MATCH
+    undertrained: bool = False  # held-out exact match below demo/training.py's LOW_EXACT_MATCH
     bleu: dict | None = None  # captions: caption_bleu's bleu1..bleu4 and signature
 
 
@@ -252,7 +262,7 @@ def run_demo(
     n_params = sum(p.numel() for p in translator.model.parameters())
     echo(demo.intro(data))
     echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
-    train = budget(demo.train, max_steps, max_time, seed, snapshots)
+    train = budget(demo.train, max_steps or demo.step_budget(model_name), max_time, seed, snapshots)
     config = Config(demo.data_config, demo.models[model_name], train=train, generation=demo.search)
     result, kept = _train(translator, demo, data, config, out_dir, progress)
     stopped = f"(stopped by {result.stopped_by}){kept}"
@@ -266,14 +276,15 @@ def run_demo(
     warning = undertrained_warning(result.stopped_by, accuracy, config.train)
     if warning:
         echo(warning)
-    undertrained = accuracy < LOW_EXACT_MATCH
-    label = f"UNDERTRAINED, exact match {accuracy:.0%}: " if undertrained else ""
+    status = training_status(result, accuracy, bleu, f"{len(data.test)} {demo.what}")
+    translator.training = status  # its model directory and every trace of it say it too
+    label = status_line(status, sep="\n") + "\n"  # the picture's title starts with it
     drawn = demo.draw(translator, data, out_dir, model_name, label, echo)
-    model_dir = _save(translator, config.model, demo, out_dir / f"model-{model_name}")
+    model_dir = _save(translator, config.model, demo, out_dir / f"model-{model_name}", status)
     echo(f"model: {model_dir}{demo.hint(model_dir, data, out_dir, drawn)}")
     metrics = out_dir / "metrics.jsonl"
     run = (result.steps, result.seconds, drawn, examples, model_dir, result.stopped_by, metrics)
-    return DemoResult(model_name, accuracy, *run, undertrained, bleu)
+    return DemoResult(model_name, accuracy, *run, status["undertrained"], bleu)
 
 
 def _train(translator: Translator, demo, data: DemoData, config: Config, out: Path, progress):
@@ -316,11 +327,12 @@ def _snapshots(translator: Translator, inputs: list, config: Config, out: Path):
     return Snapshots(path, inputs, sides, config, translator.device, print)
 
 
-def _save(translator: Translator, model_config, demo, model_dir: Path) -> Path:
-    """The trained demo model as a model directory that every command reads."""
-    src, tgt = translator.source, translator.tgt_tokenizer
-    search, languages = demo.search, demo.languages
-    return save_model_dir(model_dir, translator.model, model_config, src, tgt, search, languages)
+def _save(translator: Translator, model_config, demo, model_dir: Path, status: dict) -> Path:
+    """The trained demo model as a model directory that every command reads, saying how it
+    was trained (checkpoint/status.py)."""
+    src, tgt, model = translator.source, translator.tgt_tokenizer, translator.model
+    sides = (model, model_config, src, tgt, demo.search, demo.languages)
+    return save_model_dir(model_dir, *sides, status=status)
 
 
 def _score(translator: Translator, demo, test: list, echo) -> tuple[float, dict | None, list]:
@@ -342,7 +354,7 @@ def _score(translator: Translator, demo, test: list, echo) -> tuple[float, dict 
 
 def _draw(translator: Translator, source: str, out_dir: Path, model_name: str, label: str, echo):
     """The heatmap of `source` (last layer's cross-attention, heads averaged); `label` (the
-    undertrained warning, or "") starts its title."""
+    training status, "UNDERTRAINED" first when it is) starts its title."""
     [t] = translator.translate([source], need_weights=True)
     echo(f"{source!r} -> {t.text!r}")
     if t.attention is None:  # rnn-none has no attention: show why it struggles instead

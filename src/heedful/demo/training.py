@@ -122,6 +122,24 @@ def train_logged(model, pairs, config: Config, validate, out: Path, progress: bo
     )
 
 
+def training_status(result, accuracy: float, scores: dict | None, on: str) -> dict:
+    """What the demo's model directory says of its training (checkpoint/status.py): its steps,
+    why it stopped, its held-out exact match (and a task's other numbers: captions' BLEU) and
+    whether it is undertrained (exact match below LOW_EXACT_MATCH)."""
+    numbers = {
+        name: value
+        for name, value in (scores or {}).items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+    return {
+        "steps": result.steps,
+        "stopped_by": result.stopped_by,
+        "scores": {"exact_match": accuracy, **numbers},
+        "on": on,
+        "undertrained": accuracy < LOW_EXACT_MATCH,
+    }
+
+
 def undertrained_warning(stopped_by: str, accuracy: float, config: TrainConfig) -> str | None:
     """One line saying what went wrong and what to do, or None if the model reached its
     target (every development pair right) and scores well on the held-out pairs."""
@@ -132,7 +150,8 @@ def undertrained_warning(stopped_by: str, accuracy: float, config: TrainConfig) 
         why = f"training stopped by --max-time ({config.max_time:g} s) before its target"
         fix = "rerun with a larger --max-time, or on an idle machine"
     elif stopped_by == "max_steps":
-        why = f"training stopped by --max-steps ({config.max_steps}) before its target"
+        budget = f"its step budget (--max-steps {config.max_steps})"
+        why = f"training stopped at {budget} before its target"
         fix = "rerun with a larger --max-steps"
     else:
         why = f"training stopped by {stopped_by}"

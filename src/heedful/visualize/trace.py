@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import torch  # building a trace needs it, reading one does not: imported where it builds
 
 ONLY_WHEN_USED = ("sampled", "members")  # hypothesis keys written only when not None
-ONLY_WHEN_GIVEN = ("image", "masked_heads")  # trace keys likewise
+ONLY_WHEN_GIVEN = ("image", "masked_heads", "training")  # trace keys likewise
 
 
 @dataclass
@@ -85,6 +85,7 @@ class Trace:
     internals: dict | None = None
     image: dict | None = None  # an image model's picture, grid and rollout (trace_image.py)
     masked_heads: list | None = None  # the heads switched off, {"kind", "layer", "head"} from 1
+    training: dict | None = None  # how the model was trained (checkpoint/status.py), if it says
 
     def to_dict(self) -> dict:
         return {
@@ -389,6 +390,7 @@ def _trace(translator, item, search: dict, traced: list) -> Trace:
         encoder_self_attention=rounded(encoder),
         hypotheses=[h for h, _, _ in traced],
         internals=traced[0][2],
+        training=getattr(translator, "training", None),  # its directory's training.json
     )
     if side.kind == "image":  # trace_image.py
         add_picture(trace, item, translator.config, side.grid, encoder)

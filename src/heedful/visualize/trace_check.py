@@ -16,6 +16,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
+from heedful.checkpoint.status import check_status
 from heedful.layers.scores import FORMS, RNN_ATTENTIONS
 
 MAX_TRACE_BYTES = 256 << 20  # far above any trace build_trace writes (internals are bounded)
@@ -182,6 +183,8 @@ def check_trace(data: dict) -> None:
         _check_hypothesis(c, hypothesis, f"hypotheses[{i}]", s, dec, heads)
     if data.get("image") is not None:
         _check_image(c, data["image"], s)
+    if data.get("training") is not None:  # a model directory's training.json, as it was
+        check_status(data["training"], "training")
     if data.get("masked_heads") is not None:
         _check_masked(
             c, data["masked_heads"], {"encoder": enc, "decoder": dec, "cross": dec}, heads
