@@ -32,6 +32,7 @@ from heedful.demo.training import (
     DemoData,
     WithExactMatch,
     budget,
+    budget_rule,
     mark,
     train_logged,
     training_status,
@@ -133,9 +134,8 @@ class TextDemo:
     search: GenerationConfig
     languages: tuple[str, str]
     showcase: Callable[[list[tuple[str, str]]], str]  # held-out pairs -> the source to draw
-    # steps at most of the Transformer and of every RNN (rnn-none too: "what attention buys"
-    # compares them at equal steps), measured to reach the target with a margin
-    budgets: tuple[int, int]
+    # each model's steps at most (budget_rule), from the steps measured to its target
+    budgets: dict[str, int]
     models: ClassVar[dict] = DEMO_MODELS
     word: ClassVar[str] = "demo"
     data_config: ClassVar[DataConfig] = DataConfig(tokenizer="char")
@@ -189,7 +189,7 @@ class TextDemo:
         return [self.showcase(data.test), *(source for source, _ in data.dev)]
 
     def step_budget(self, model: str) -> int:
-        return self.budgets[0] if model == "transformer" else self.budgets[1]
+        return self.budgets[model]
 
     def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str:
         source = self.showcase(data.test)
@@ -197,18 +197,28 @@ class TextDemo:
         return f' (try: heedful attention {model_dir} "{source}" --html viewer.html)' * shown
 
 
+# Steps to the target (every development pair right), measured by benchmarks/demo_steps.py
+# (docs/benchmarks.md, "The demos' step budgets"); the budgets are budget_rule's
+DATES_STEPS = {"transformer": 3200, **{f"rnn-{name}": 6000 for name in SCORES}}
+DIALOGUE_STEPS = {
+    "transformer": 3600, "rnn-bahdanau": 600, "rnn-luong-dot": 1000, "rnn-luong-general": 1000,
+    "rnn-luong-concat": 600, "rnn-scaled-general": 400, "rnn-luong-local-m": 1800,
+    "rnn-luong-local-p": 1200,
+}  # fmt: skip
+
 DEMO_TASKS: dict[str, DemoTask] = {
     # ISO dates are 10 characters
     "dates": TextDemo(
         "dates", dates_task, "transformer", (40_000, 1000), "held-out dates",
         GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12),
-        ("dates", "iso"), _clear_alignment, (5000, 6000),
+        ("dates", "iso"), _clear_alignment, budget_rule(DATES_STEPS, DEMO_TRAIN.eval_every),
     ),
     # the seq2seq article's chatbot is an RNN; replies are at most 24 characters
     "dialogue": TextDemo(
         "dialogue", dialogue_task, "rnn-bahdanau", (6000, 500), "held-out questions",
         GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=30),
-        ("dialogue", "reply"), lambda _: ARTICLE_PAIR[0], (5400, 1500),
+        ("dialogue", "reply"), lambda _: ARTICLE_PAIR[0],
+        budget_rule(DIALOGUE_STEPS, DEMO_TRAIN.eval_every),
     ),
     "captions": CaptionDemo(),  # pictures in (demo/captions.py)
 }  # fmt: skip

@@ -87,6 +87,16 @@ def budget(
     return train
 
 
+def budget_rule(measured: dict[str, int], every: int) -> dict[str, int]:
+    """Step budgets from the steps each model took to reach its target (benchmarks/
+    demo_steps.py, seed 1): half as many again, rounded up to a validation; rnn-none, which
+    reaches no target, gets the largest of the attention models' ("what attention buys"
+    then compares it with every one of them at no fewer steps than they needed)."""
+    budgets = {name: -(-3 * steps // (2 * every)) * every for name, steps in measured.items()}
+    attending = [steps for name, steps in budgets.items() if name.startswith("rnn-")]
+    return {**budgets, "rnn-none": max(attending)} if attending else budgets
+
+
 def train_logged(model, pairs, config: Config, validate, out: Path, progress: bool, snapshots=None):
     """Train `model` on `pairs`, validating with `validate` (it scores exact_match on the
     development pairs), logging to out/metrics.jsonl; stop once every development pair is
