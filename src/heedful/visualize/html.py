@@ -37,6 +37,7 @@ SCRIPTS = (
     "replay.js",
     "image.js",
     "calc.js",
+    "calc_linear.js",
     "calc_rnn.js",
     "pipeline.js",
     "modelview.js",
