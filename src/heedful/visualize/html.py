@@ -42,6 +42,7 @@ SCRIPTS = (
     "pipeline.js",
     "modelview.js",
     "rnn_steps.js",
+    "bottleneck.js",
     "block.js",
     "viewer.js",
 )
