@@ -44,6 +44,7 @@ SCRIPTS = (
     "rnn_steps.js",
     "bottleneck.js",
     "block.js",
+    "block_diagram.js",
     "viewer.js",
 )
 
