@@ -267,14 +267,12 @@ def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tupl
 
 def records_internals(translator, asked: bool | None, source_length: int, hyps) -> bool:
     """Whether the trace records internals: as `asked`, or (None) while they stay within
-    INTERNALS_MAX_NUMBERS; never for an ensemble, and refused for a Hugging Face model."""
-    if hasattr(translator.model, "members"):  # an ensemble: no one model's internals
+    INTERNALS_MAX_NUMBERS; never for an ensemble (no one model's) nor a Hugging Face model,
+    whose modules the hooks do not know: its trace says model.hf, and the viewer names the
+    `heedful explain` that computes a cell from that model's own projections instead."""
+    if hasattr(translator.model, "members") or getattr(translator.model, "hf_model_type", None):
         return False
-    hf_model = getattr(translator.model, "hf_model_type", None)  # heedful.hf's adapter
-    if asked and hf_model:
-        raise ValueError(f"internals are recorded for heedful's own models, not {hf_model}")
     if asked is None:
         lengths = [len(h.produced(EOS_ID)) for h in hyps]
-        small = internals_size(translator.config, source_length, lengths) <= INTERNALS_MAX_NUMBERS
-        return small and not hf_model
+        return internals_size(translator.config, source_length, lengths) <= INTERNALS_MAX_NUMBERS
     return asked

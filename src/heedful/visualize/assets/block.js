@@ -173,6 +173,10 @@ function renderBlock() {
   const block = blockData();
   const ok = model.arch === "transformer" && block !== null;
   setAvailable("block", ok, model.arch !== "transformer" ? "This view is for Transformer models."
+    : model.hf ? "This view draws heedful's own Transformer layer from the numbers its trace " +
+      "records; a Hugging Face model's trace (" + model.hf + ") has none. `heedful explain " +
+      "MODEL_DIR SENTENCE --kind encoder --layer L` prints what a layer's W_Q reads and one " +
+      "head's attention from that model's own numbers."
     : "This view needs the trace's internals.block (build_trace(..., internals=True)).");
   if (!ok) return;
   renderBlockDiagram();

@@ -213,7 +213,8 @@ function renderPipeline() {
   $("pipe-tau").textContent = "\u03C4 = " + fmt(tau, 2);
   const m = isRNN ? rnnPipeline(tau) : transformerPipeline(kind, +$("pipe-layer").value, +$("pipe-head").value, tau);
   ok = !!m;
-  setAvailable("pipe", ok, INTERNALS_MISSING);
+  const advice = model.hf ? hfAdvice(kind, +$("pipe-layer").value, +$("pipe-head").value, null).text : INTERNALS_MISSING;
+  setAvailable("pipe", ok, advice);
   if (ok) m.stats = rowStats(m.weights);
   state.pipeline = m;
   if (ok) {
