@@ -54,7 +54,7 @@ function renderLinear(body, p, where, inputs) {
   const { kind, layer, head, i } = where;
   const box = el("div", "calc-linear");
   box.dataset.part = "calc-linear";
-  box.appendChild(el("h4", null, "x \u2192 q, k_j, v_j: three linear layers, x W + b (W_K has no b)"));
+  box.appendChild(el("h4", null, "x \u2192 q, k_j, v_j: three linear layers (x W, plus the layer's bias where it has one)"));
   box.appendChild(el("p", "calc-line", readsText(kind, layer, inputs.pre)));
   if (kind === "enc" && layer === 0) embeddingLines(box, i, inputs);
   const line = box.appendChild(el("p", "calc-line"));
