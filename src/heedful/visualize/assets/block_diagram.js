@@ -99,22 +99,13 @@ function drawResiduals(diagram, residuals) {
     const x0 = (a.left + a.right) / 2, y0 = a.bottom + 6, y1 = (b.top + b.bottom) / 2;
     const points = [[x0, y0], [lane, y0], [lane, y1], [b.right + 2, y1]];
     const path = svg("path", { d: "M" + points.map((p) => p.map((v) => v.toFixed(1)).join(" ")).join(" L"),
-      class: "block-residual", "marker-end": "url(#" + markerId() + ")" });
+      class: "block-residual" });
     Object.assign(path.dataset, { from, to, points: JSON.stringify(points) });
     path.appendChild(svg("title", {})).textContent = "residual: " + from + " is added back in " + to;
-    layer.appendChild(path);
+    const [x, y] = points[3]; // its head, pointing left into the box (a marker would be a URL reference)
+    layer.append(path, svg("path", { d: "M" + x + " " + y + " l8 -4 v8 z", class: "block-residual-head" }));
   });
-  layer.prepend(arrowMarker());
   diagram.appendChild(layer);
-}
-// An arrowhead marker, its id unique to this viewer (ids of the page stay distinct).
-const markerId = () => $("block-diagram").id + "-head";
-function arrowMarker() {
-  const defs = svg("defs", {});
-  const marker = defs.appendChild(svg("marker", { id: markerId(), viewBox: "0 0 8 8", refX: 7, refY: 4,
-    markerWidth: 7, markerHeight: 7, orient: "auto" }));
-  marker.appendChild(svg("path", { d: "M0 0 L8 4 L0 8 z", fill: "#1f5fbf" }));
-  return defs;
 }
 function renderBlockDiagram() {
   const block = blockData(), layer = +$("block-layer").value, diagram = $("block-diagram");
