@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
 
 from heedful.inference.translator import Translator
 from heedful.visualize.trace import build_trace
@@ -18,6 +17,7 @@ from heedful.visualize.trace import build_trace
 from .test_html import assert_no_console_errors, chromium, open_page, part
 from .test_viewer_block import shown_tables
 from .test_viewer_calc import MODELS
+from .test_viewer_calc_linear import file_weights
 from .test_viewer_views import choose
 
 __all__ = ["chromium"]
@@ -80,7 +80,7 @@ def test_residuals_go_around_each_sublayer_into_what_adds_them(
 
 def test_attention_holds_q_k_v_whose_numbers_are_x_times_w(chromium, tmp_path, block_traces):
     trace = block_traces["post"]
-    weights = load_file(DIRS["post"] / "model.safetensors")
+    weights = file_weights(DIRS["post"])
     S, D, H = len(trace["source_tokens"]), 16, 2
     driver = open_page(chromium, tmp_path, trace, "block-qkv")
     driver.find_element(*part("tab-block")).click()
@@ -96,7 +96,7 @@ def test_attention_holds_q_k_v_whose_numbers_are_x_times_w(chromium, tmp_path, b
     layer = 1
     choose(driver, "block-layer", layer)
     x = np.asarray(trace["internals"]["block"]["layers"][layer]["x"], np.float64)
-    prefix = f"encoder_layers.{layer}.self_attn.w_"
+    prefix = f"encoder.layers.{layer}.self_attn.w_"
     for name in "qkv":
         driver.find_element("css selector", f'[data-qkv="{name}"]').click()
         tables = shown_tables(driver)

@@ -15,6 +15,7 @@ import torch
 from safetensors.numpy import load_file
 
 from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
+from heedful.checkpoint.names import current_names
 from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, CharTokenizer
 from heedful.inference.translator import Translator
@@ -27,15 +28,21 @@ from .test_viewer_calc import MODELS, panel_rows, shown_vector, softmax
 __all__ = ["chromium"]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "model_dirs"
 TOL = 1e-4  # the trace rounds to 5 decimals; a product of 16 of them is this close
-PREFIX = {"enc": "encoder_layers.{}.self_attn", "dec": "decoder_layers.{}.self_attn"}
-PREFIX["cross"] = "decoder_layers.{}.cross_attn"
-NORM = {"enc": "encoder_layers.{}.attn_block.norm", "dec": "decoder_layers.{}.self_block.norm"}
+PREFIX = {"enc": "encoder.layers.{}.self_attn", "dec": "decoder.layers.{}.self_attn"}
+PREFIX["cross"] = "decoder.layers.{}.cross_attn"
+NORM = {"enc": "encoder.layers.{}.attn_block.norm", "dec": "decoder.layers.{}.self_block.norm"}
 
 
 def model_trace(path: Path) -> tuple[dict, dict, Translator]:
     translator = Translator.load(path)
     trace = build_trace(translator, "abcdefg", num_beams=1, internals=True).to_dict()
-    return trace, load_file(path / "model.safetensors"), translator
+    return trace, file_weights(path), translator
+
+
+def file_weights(path: Path) -> dict:
+    """model.safetensors' tensors under today's names (an earlier file's are mapped)."""
+    weights = load_file(path / "model.safetensors")
+    return {new: weights[old] for old, new in current_names(weights).items()}
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +73,8 @@ def layer_norm(x, weights, name):
 
 def first_layer_input(weights, kind, ids, config):
     """embedding·√d_model + PE of layer 1, from the file's rows (tied: the generator's)."""
-    side = "src_embed" if kind == "enc" else "tgt_embed"
-    table = weights.get(f"{side}.tokens.weight", weights.get("generator.weight"))
+    side = "encoder.embed" if kind == "enc" else "decoder.embed"
+    table = weights.get(f"{side}.tokens.weight", weights.get("decoder.generator.weight"))
     x = table.astype(np.float64)[ids] * math.sqrt(config.d_model)
     if config.positional == "learned":
         return x + weights[f"{side}.positions.embedding.weight"].astype(np.float64)[: len(ids)]
@@ -189,12 +196,12 @@ def test_grouped_query_heads_read_their_groups_k_and_v(chromium, tmp_path):
     driver = open_page(chromium, tmp_path, trace, "calc-linear-gqa")
     open_calc(driver, "cross", 0, 2, 0)  # the first output step: every output has one
     x = shown_vector(driver, "calc-x")
-    q = linear(weights, "decoder_layers.0.cross_attn.w_q", x, slice(8, 12))  # head 3's own
+    q = linear(weights, "decoder.layers.0.cross_attn.w_q", x, slice(8, 12))  # head 3's own
     np.testing.assert_allclose(shown_vector(driver, "calc-q"), q, atol=TOL)
     memory = np.array(trace["internals"]["cross"]["memory"])
     k = np.array([r["k"] for r in panel_rows(driver)])
     kv_cols = slice(4, 8)  # key/value head 2: W_K has 2 heads of 4 columns
-    w_k = "decoder_layers.0.cross_attn.w_k"
+    w_k = "decoder.layers.0.cross_attn.w_k"
     np.testing.assert_allclose(k, linear(weights, w_k, memory, kv_cols), atol=TOL)
     rows = driver.find_elements("css selector", '[data-part="calc-linear"] .calc-linear-row')
     assert "key/value head 2" in rows[1].text and "key/value head 2" in rows[2].text
