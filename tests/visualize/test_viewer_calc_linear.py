@@ -16,7 +16,7 @@ from safetensors.numpy import load_file
 
 from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
 from heedful.checkpoint.names import current_names
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import BOS_ID, CharTokenizer
 from heedful.inference.translator import Translator
 from heedful.models.build import build_model
@@ -185,7 +185,12 @@ def test_grouped_query_heads_read_their_groups_k_and_v(chromium, tmp_path):
     columns of that head, the box says so, and q stays the head's own."""
     tokenizer = CharTokenizer.train(["abcdefgh"])
     config = ModelConfig(
-        d_model=16, num_heads=4, num_kv_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1
+        d_model=16,
+        num_heads=4,
+        num_kv_heads=2,
+        d_ff=32,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1),
     )
     with torch.random.fork_rng():  # untrained: its output is the seed's, whatever ran before
         torch.manual_seed(0)

@@ -12,12 +12,22 @@ the overlay.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from heedful.config import Config, DataConfig, GenerationConfig, ModelConfig, TrainConfig
+from heedful.config import (
+    CNNEncoderConfig,
+    Config,
+    DataConfig,
+    DecoderConfig,
+    GenerationConfig,
+    ModelConfig,
+    TrainConfig,
+    ViTEncoderConfig,
+)
 from heedful.data.image_pairs import ImagePairs
 from heedful.data.sources import ImageSource
 from heedful.demo.training import DemoData, mark
@@ -25,7 +35,7 @@ from heedful.inference.translator import Translator
 from heedful.models.build import build_model
 from heedful.tasks.scenes import CANVAS, SceneSet, scenes_task
 
-_CNN = dict(encoder="cnn", image_size=CANVAS, cnn_channels=16, cnn_blocks=3, dropout=0.0)
+_CNN = CNNEncoderConfig(image_size=CANVAS, channels=16, blocks=3)
 CAPTION_MODELS: dict[str, ModelConfig] = {
     # pre-norm, coordinate channels and one encoder layer over the 6 × 6 cells: see
     # docs/benchmarks.md ("Captions") for what each bought on the held-out kinds
@@ -33,28 +43,29 @@ CAPTION_MODELS: dict[str, ModelConfig] = {
         arch="transformer",
         d_model=64,
         num_heads=4,
-        decoder_layers=2,
         d_ff=256,
         norm="pre",
-        cnn_coords=True,
-        cnn_layers=1,
-        **_CNN,
+        dropout=0.0,
+        encoder=replace(_CNN, coords=True, layers=1),
+        decoder=DecoderConfig(layers=2),
     ),
     "cnn-rnn-bahdanau": ModelConfig(
-        arch="rnn", d_model=64, hidden_size=128, attention="bahdanau", **_CNN
+        arch="rnn",
+        d_model=64,
+        hidden_size=128,
+        dropout=0.0,
+        encoder=_CNN,
+        decoder=DecoderConfig(attention="bahdanau"),
     ),
     "vit-transformer": ModelConfig(
         arch="transformer",
-        encoder="vit",
-        image_size=CANVAS,
-        patch_size=8,
         d_model=64,
         num_heads=4,
-        encoder_layers=2,
-        decoder_layers=2,
         d_ff=256,
         dropout=0.0,
         norm="pre",
+        encoder=ViTEncoderConfig(image_size=CANVAS, patch_size=8, layers=2),
+        decoder=DecoderConfig(layers=2),
     ),
 }
 DEFAULT_MODEL = "cnn-transformer"  # the best measured at 600 steps (docs/benchmarks.md)

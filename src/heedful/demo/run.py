@@ -22,7 +22,15 @@ from typing import ClassVar, Protocol
 import torch
 
 from heedful.checkpoint.model_dir import save_model_dir
-from heedful.config import Config, DataConfig, GenerationConfig, ModelConfig, TrainConfig
+from heedful.config import (
+    Config,
+    DataConfig,
+    DecoderConfig,
+    GenerationConfig,
+    ModelConfig,
+    TextEncoderConfig,
+    TrainConfig,
+)
 from heedful.data.batching import Pairs
 from heedful.data.tokenizers import CharTokenizer
 from heedful.demo.captions import CaptionDemo
@@ -45,7 +53,19 @@ from heedful.tasks.dialogue import ARTICLE_PAIR, dialogue_task
 from heedful.visualize.heatmap import plot_alignment
 
 # No dropout: 40,000 fresh pairs seen about twice do not overfit, and dropout slows learning.
-_RNN = ModelConfig(arch="rnn", d_model=64, hidden_size=256, dropout=0.0, bidirectional=True)
+_RNN = ModelConfig(
+    arch="rnn",
+    d_model=64,
+    hidden_size=256,
+    dropout=0.0,
+    encoder=TextEncoderConfig(bidirectional=True),
+)
+
+
+def _rnn(attention: str, local_window: int = 10) -> ModelConfig:
+    """The demo's RNN with this attention (and window, for a local one)."""
+    return replace(_RNN, decoder=DecoderConfig(attention=attention, local_window=local_window))
+
 
 # Small models that learn the task in a couple of minutes on two CPU cores.
 DEMO_MODELS: dict[str, ModelConfig] = {
@@ -53,18 +73,15 @@ DEMO_MODELS: dict[str, ModelConfig] = {
         arch="transformer",
         d_model=64,
         num_heads=4,
-        encoder_layers=2,
-        decoder_layers=2,
         d_ff=256,
         dropout=0.0,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=2),
     ),
-    "rnn-none": replace(_RNN, attention="none"),
+    "rnn-none": _rnn("none"),
     # one per score of scores.py; Luong's local attention (§3.2) with a window of D = 5 each
     # side: a date's source is about 25 characters, so the paper's D = 10 would cover nearly all
-    **{
-        f"rnn-{name}": replace(_RNN, attention=name, local_window=5 if score.local else 10)
-        for name, score in SCORES.items()
-    },
+    **{f"rnn-{name}": _rnn(name, 5 if score.local else 10) for name, score in SCORES.items()},
 }
 
 DEMO_TRAIN = TrainConfig(

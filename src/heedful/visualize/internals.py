@@ -51,16 +51,16 @@ def internals_size(config, source_length: int, output_lengths: list[int]) -> int
     if config.arch == "transformer":
         d = config.d_model  # H heads × d_k
         d_kv = d // config.num_heads * (config.num_kv_heads or config.num_heads)  # H_kv × d_k
-        shared = (config.encoder_layers * (d + 2 * d_kv) + config.decoder_layers * 2 * d_kv) * s
-        block = (len(BLOCK_TENSORS) * config.encoder_layers + 1) * s * d  # + embedding rows
+        shared = (config.encoder.layers * (d + 2 * d_kv) + config.decoder.layers * 2 * d_kv) * s
+        block = (len(BLOCK_TENSORS) * config.encoder.layers + 1) * s * d  # + embedding rows
         shared += block + pe_positions(config, s) * d + 1  # + the scale √D
         shared += s * d  # cross.memory, what every cross-attention's W_K and W_V read
         per_t = 2 * (d + d_kv) + 4 * d  # dec q, k, v; cross q; dec and cross x and z
-        return shared + config.decoder_layers * total_t * per_t
+        return shared + config.decoder.layers * total_t * per_t
     n, e = config.hidden_size, config.d_model  # build.py: embed_size = d_model
     embeddings = s * e + total_t * e  # encoder_inputs, decoder_inputs
     start = 2 * n  # encoder_final, decoder_start: the bridge's input and output
-    if config.attention == "none":
+    if config.decoder.attention == "none":
         return embeddings + start + s * n + total_t * n  # h̄_s and h̃_t
     return embeddings + start + 2 * s * n + n + 2 * total_t * n  # h̄_s, keys, v; h̃_t, queries
 

@@ -172,14 +172,15 @@ def _check_keys(data: Any, expected: set[str], optional: set[str], where: str) -
 
 def model_info(config, hf: str | None = None) -> dict:
     """The trace's "model": its family, its maps' layers × heads, a Hugging Face model's type."""
+    decoder = config.decoder
     if config.arch == "rnn":
-        extra = {"window": config.local_window} if config.is_local() else {}
-        extra |= {"copy": True} if config.copy else {}  # See et al. 2017's pointer-generator
-        if config.attention in SCORES:  # its formula and form, for the viewer (scores.py)
-            extra["score"] = SCORES[config.attention].describe(config.hidden_size)
+        extra = {"window": decoder.local_window} if decoder.is_local() else {}
+        extra |= {"copy": True} if decoder.copy else {}  # See et al. 2017's pointer-generator
+        if decoder.attention in SCORES:  # its formula and form, for the viewer (scores.py)
+            extra["score"] = SCORES[decoder.attention].describe(config.hidden_size)
         return {
             "arch": "rnn",
-            "attention": config.attention,
+            "attention": decoder.attention,
             "encoder_layers": 1,
             "decoder_layers": 1,
             "heads": 1,
@@ -188,8 +189,8 @@ def model_info(config, hf: str | None = None) -> dict:
     return {
         "arch": "transformer",
         "attention": "multi-head",
-        "encoder_layers": config.encoder_layers,
-        "decoder_layers": config.decoder_layers,
+        "encoder_layers": config.encoder.layers,
+        "decoder_layers": decoder.layers,
         "heads": config.num_heads,
         **({"hf": hf} if hf else {}),
     }
