@@ -37,13 +37,14 @@ LAYERS = {"3+3": (3, 3), "6+1": (6, 1)}
 def model(encoder_layers: int, decoder_layers: int):
     import torch
 
-    from heedful.config import ModelConfig
+    from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
     from heedful.data.tokenizers import EOS_ID
     from heedful.models.build import build_model
 
     torch.manual_seed(0)
-    sizes = {"d_model": 256, "num_heads": 4, "d_ff": 1024, "norm": "pre", "tie_embeddings": True}
-    config = ModelConfig(encoder_layers=encoder_layers, decoder_layers=decoder_layers, **sizes)
+    sizes = {"d_model": 256, "num_heads": 4, "d_ff": 1024, "norm": "pre"}
+    decoder = DecoderConfig(layers=decoder_layers, tie_embeddings=True)
+    config = ModelConfig(encoder=TextEncoderConfig(layers=encoder_layers), decoder=decoder, **sizes)
     net = build_model(config, 8000, 8000).eval()
     with torch.no_grad():
         net.decoder.generator.bias[EOS_ID] = -torch.inf  # never ends early: the length is forced

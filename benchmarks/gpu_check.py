@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from heedful.config import ModelConfig, TrainConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig, TrainConfig
 from heedful.data.batching import InMemoryPairs, collate
 from heedful.data.tokenizers import CharTokenizer
 from heedful.inference.translator import Translator
@@ -35,8 +35,15 @@ from heedful.tasks.dates import generate_dates
 from heedful.training.loop import sequence_loss, train
 from heedful.training.state import make_optimizer, restore_rng, rng_state
 
-MODEL = ModelConfig(d_model=256, num_heads=4, encoder_layers=3, decoder_layers=3, d_ff=1024,
-                    dropout=0.0, norm="pre", tie_embeddings=True)  # fmt: skip
+MODEL = ModelConfig(
+    d_model=256,
+    num_heads=4,
+    d_ff=1024,
+    dropout=0.0,
+    norm="pre",
+    encoder=TextEncoderConfig(layers=3),
+    decoder=DecoderConfig(layers=3, tie_embeddings=True),
+)
 
 
 def one_step(model_state, vocab, batch, device, bf16: bool) -> tuple[float, dict]:

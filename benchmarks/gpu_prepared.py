@@ -30,13 +30,27 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from heedful.config import Config, DataConfig, ModelConfig, TrainConfig
+from heedful.config import (
+    Config,
+    DataConfig,
+    DecoderConfig,
+    ModelConfig,
+    TextEncoderConfig,
+    TrainConfig,
+)
 from heedful.data.prepare import prepare
 from heedful.tasks.dates import generate_dates
 from heedful.training.experiment import train_from_config
 
-MODEL = ModelConfig(d_model=256, num_heads=4, encoder_layers=3, decoder_layers=3, d_ff=1024,
-                    dropout=0.0, norm="pre", tie_embeddings=True)  # fmt: skip
+MODEL = ModelConfig(
+    d_model=256,
+    num_heads=4,
+    d_ff=1024,
+    dropout=0.0,
+    norm="pre",
+    encoder=TextEncoderConfig(layers=3),
+    decoder=DecoderConfig(layers=3, tie_embeddings=True),
+)
 
 
 def write_corpus(directory: Path, pairs: int) -> DataConfig:
@@ -120,8 +134,11 @@ def main() -> int:
     if cuda and not any("flash" in k.lower() or "fmha" in k.lower() or "efficient" in k.lower()
                         or "cudnn" in k.lower() for k in report["attention_kernels"]):  # fmt: skip
         failures.append("no fused attention kernel ran in training")
-    rnn = replace(prepared, model=ModelConfig(arch="rnn", attention="bahdanau", hidden_size=256),
-                  train=replace(train, max_steps=10, eval_every=5))  # fmt: skip
+    rnn = replace(
+        prepared,
+        model=ModelConfig(arch="rnn", hidden_size=256, decoder=DecoderConfig(attention="bahdanau")),
+        train=replace(train, max_steps=10, eval_every=5),
+    )
     try:
         train_from_config(rnn, work / "rnn", progress=False, echo=lambda m: None)
         report["rnn_checkpoint"] = (work / "rnn" / "latest" / "model.safetensors").exists()

@@ -5,7 +5,7 @@
     python benchmarks/local_attention.py --report            # only rewrite docs/benchmarks.md
 
 One recipe, `configs/multi30k/rnn-luong.yaml` (a GRU encoder-decoder with the 'general' score
-and input feeding), trained three times with only `model.attention` changed: `luong-general`
+and input feeding), trained three times with only `model.decoder.attention` changed: `luong-general`
 (global: every source position), `luong-local-m` (a window of D = 10 each side of p_t = t) and
 `luong-local-p` (the same window around a predicted p_t, weighted by a Gaussian of σ = D/2).
 The paper's §3.2 and Table 1 are the reference for these three.
@@ -41,8 +41,8 @@ ATTENTIONS = ("luong-general", "luong-local-m", "luong-local-p")
 def run(attention: str, steps: int, window: int, beam: int, run_root: Path) -> dict:
     run_dir = run_root / attention
     settings = [
-        f"model.attention={attention}",
-        f"model.local_window={window}",
+        f"model.decoder.attention={attention}",
+        f"model.decoder.local_window={window}",
         f"train.max_steps={steps}",
         "train.max_time=1000000",  # the step count is the budget
         f"train.eval_every={max(steps // 3, 1)}",
@@ -91,8 +91,8 @@ def report(result: dict) -> str:
         f"--steps {result['steps']}`. {result['note']}",
         "",
         f"`configs/multi30k/rnn-luong.yaml` (GRU, 'general' score, input feeding) trained for "
-        f"{result['steps']} steps with only `model.attention` changed; the best checkpoint by "
-        f"validation BLEU translates test2016 with beam {result['runs'][0]['beam']} "
+        f"{result['steps']} steps with only `model.decoder.attention` changed; the best "
+        f"checkpoint by validation BLEU translates test2016 with beam {result['runs'][0]['beam']} "
         "(sacreBLEU, detokenized, case-sensitive). Equal steps, so the BLEU column compares the "
         "attentions at equal training; tokens/s and sentences/s are wall-clock.",
         "",

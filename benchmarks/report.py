@@ -45,7 +45,7 @@ def multi30k_transformer(corpus: Path, pairs: int = 6000):
     (src, tgt_in, tgt_out)."""
     import torch
 
-    from heedful.config import ModelConfig
+    from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
     from heedful.data.batching import bucketed_batches, collate
     from heedful.data.tokenizers import SentencePieceTokenizer
     from heedful.models.build import build_model
@@ -55,8 +55,15 @@ def multi30k_transformer(corpus: Path, pairs: int = 6000):
     tok = SentencePieceTokenizer.train(src + tgt, 8000, "unigram")
     S, T = [tok.encode(s) for s in src], [tok.encode(t) for t in tgt]
     batches = bucketed_batches([len(s) for s in S], [len(t) + 1 for t in T], 3000)
-    config = ModelConfig(d_model=256, num_heads=4, encoder_layers=3, decoder_layers=3,
-                         d_ff=1024, dropout=0.1, norm="pre", tie_embeddings=True)  # fmt: skip
+    config = ModelConfig(
+        d_model=256,
+        num_heads=4,
+        d_ff=1024,
+        dropout=0.1,
+        norm="pre",
+        encoder=TextEncoderConfig(layers=3),
+        decoder=DecoderConfig(layers=3, tie_embeddings=True),
+    )
     torch.manual_seed(0)
     model = build_model(config, len(tok), len(tok)).train()
     return model, batches, lambda batch: collate([S[i] for i in batch], [T[i] for i in batch])

@@ -91,7 +91,7 @@ def run_arm(config: str, arm: str, tokenizers: Path, steps: int, warmup: int) ->
         "--run-dir", str(run_dir), "--force", "--no-progress",
         "--set", f"train.max_steps={steps}", "--set", "train.max_time=null",
         "--set", "train.eval_every=1000000000", "--set", "train.log_every=5",
-        "--set", f"data.src_tokenizer={tokenizers / 'tokenizer.src'}",
+        "--set", f"data.source.tokenizer={tokenizers / 'tokenizer.src'}",
         "--set", f"data.tgt_tokenizer={tokenizers / 'tokenizer.tgt'}",
     ]  # fmt: skip
     samples: list = []

@@ -14,9 +14,10 @@ What runs, each as its own process (so each has its own peak resident memory) on
 - the same translation with int8 dynamic quantization and with CTranslate2 (fp32 and int8).
 
 Both toolkits read one SentencePiece vocabulary (the --model's joint 8,000 pieces): heedful
-through data.src_tokenizer/tgt_tokenizer, JoeyNMT through its sentencepiece tokenizer and a
-vocabulary file of the same pieces. JoeyNMT gets its own virtual environment (created on first
-use, with torch 2.13.0 as heedful's) under benchmarks/work/, which also holds the runs.
+through data.source.tokenizer and data.tgt_tokenizer, JoeyNMT through its sentencepiece
+tokenizer and a vocabulary file of the same pieces. JoeyNMT gets its own virtual environment
+(created on first use, with torch 2.13.0 as heedful's) under benchmarks/work/, which also holds
+the runs.
 
 The machine's float32 matrix-multiply rate on the same 2 threads is measured first, and the
 training and decoding rates are reported as model FLOP/s against it (formula in the report).
@@ -307,7 +308,7 @@ def train_ours(arch: str, sp_model: Path, steps: int) -> dict:
         "--set", f"train.max_steps={steps}", "--set", "train.max_time=null",
         "--set", "train.eval_every=1000000000", "--set", "train.log_every=10",
         "--set", f"train.batch_tokens={BATCH_TOKENS}",
-        "--set", f"data.src_tokenizer={sp_model}", "--set", f"data.tgt_tokenizer={sp_model}",
+        "--set", f"data.source.tokenizer={sp_model}", "--set", f"data.tgt_tokenizer={sp_model}",
     ]  # fmt: skip
     seconds, rss = measured(command, WORK / "logs" / f"heedful-train-{arch}.log")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -54,12 +54,17 @@ def reverse_model_dir(tmp_path_factory) -> Path:
     directory: it gets about nine words in ten right, so its outputs are confident, as a real
     model's are, yet not all right (BLEU has room to move either way)."""
     from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
-    from heedful.config import ModelConfig
+    from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
     from heedful.data.tokenizers import CharTokenizer
 
     tokenizer = CharTokenizer.train([LETTERS])
     config = ModelConfig(
-        d_model=32, num_heads=4, encoder_layers=1, decoder_layers=1, d_ff=64, dropout=0.0
+        d_model=32,
+        num_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1),
     )
     model = train_reverse(config, tokenizer, steps=300)
     generation = GenerationConfig(num_beams=1, max_len_ratio=1.5, max_len_offset=4)

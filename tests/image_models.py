@@ -17,7 +17,13 @@ def image_model_dir(out: Path, encoder: str = "vit", seed: int = 1) -> Path:
     """A saved image model: ViT under a Transformer decoder, or a CNN under the RNN decoder
     with Bahdanau attention (Show, Attend and Tell)."""
     from heedful.checkpoint.model_dir import save_model_dir
-    from heedful.config import GenerationConfig, ModelConfig
+    from heedful.config import (
+        CNNEncoderConfig,
+        DecoderConfig,
+        GenerationConfig,
+        ModelConfig,
+        ViTEncoderConfig,
+    )
     from heedful.data.images import ImageTransform
     from heedful.data.sources import ImageSource
     from heedful.data.tokenizers import SPECIALS, CharTokenizer
@@ -25,14 +31,24 @@ def image_model_dir(out: Path, encoder: str = "vit", seed: int = 1) -> Path:
 
     if encoder == "vit":
         config = ModelConfig(
-            arch="transformer", encoder="vit", image_size=SIZE, patch_size=4, d_model=16,
-            num_heads=2, encoder_layers=2, decoder_layers=1, d_ff=32, dropout=0.0, norm="pre",
-        )  # fmt: skip
+            arch="transformer",
+            d_model=16,
+            num_heads=2,
+            d_ff=32,
+            dropout=0.0,
+            norm="pre",
+            encoder=ViTEncoderConfig(image_size=SIZE, patch_size=4, layers=2),
+            decoder=DecoderConfig(layers=1),
+        )
     else:
         config = ModelConfig(
-            arch="rnn", encoder="cnn", image_size=SIZE, cnn_channels=4, cnn_blocks=2,
-            d_model=16, hidden_size=16, attention="bahdanau", dropout=0.0,
-        )  # fmt: skip
+            arch="rnn",
+            d_model=16,
+            hidden_size=16,
+            dropout=0.0,
+            encoder=CNNEncoderConfig(image_size=SIZE, channels=4, blocks=2),
+            decoder=DecoderConfig(attention="bahdanau"),
+        )
     tokenizer = CharTokenizer.train(CAPTIONS)
     torch.manual_seed(seed)
     model = build_model(config, len(SPECIALS), len(tokenizer))

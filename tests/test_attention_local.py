@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from heedful.config import ConfigError, ModelConfig
+from heedful.config import ConfigError, DecoderConfig, ModelConfig
 from heedful.layers.attention import padding_mask
 from heedful.layers.rnn_attention import LuongLocalAttention, local_weights
 from heedful.models.build import build_model
@@ -89,9 +89,12 @@ def test_search_step_by_step_equals_teacher_forcing(attention, input_feeding):
     choices and scores are what one teacher-forced pass over the output says."""
     torch.manual_seed(1)
     config = ModelConfig(
-        arch="rnn", d_model=16, hidden_size=32, dropout=0.0, attention=attention,
-        local_window=2, input_feeding=input_feeding,
-    )  # fmt: skip
+        arch="rnn",
+        d_model=16,
+        hidden_size=32,
+        dropout=0.0,
+        decoder=DecoderConfig(attention=attention, local_window=2, input_feeding=input_feeding),
+    )
     model = build_model(config, 20, 15).eval()
     src = torch.randint(4, 20, (3, 9))
     src[1, 5:] = 0
@@ -109,18 +112,24 @@ def test_search_step_by_step_equals_teacher_forcing(attention, input_feeding):
 
 
 def test_the_window_is_a_config_key_of_rnn_models():
-    assert ModelConfig(arch="rnn", attention="luong-local-p", local_window=3).local_window == 3
-    with pytest.raises(ConfigError, match="model.local_window"):
-        ModelConfig(arch="rnn", attention="luong-local-p", local_window=0)
+    local = DecoderConfig(attention="luong-local-p", local_window=3)
+    assert ModelConfig(arch="rnn", decoder=local).decoder.local_window == 3
+    with pytest.raises(ConfigError, match="model.decoder.local_window"):
+        ModelConfig(arch="rnn", decoder=DecoderConfig(attention="luong-local-p", local_window=0))
     with pytest.raises(ValueError, match="'m' or 'p'"):
         LuongLocalAttention("q", 4, 4)
 
 
 def test_a_window_without_local_attention_is_refused():
-    from heedful.config import from_dict
+    """Flat, as an earlier heedful wrote it, or nested; a model directory lists the window
+    of local attention only."""
+    from heedful.config import read_model
 
     with pytest.raises(ConfigError, match="model.local_window: only luong-local"):
-        from_dict(ModelConfig, {"arch": "rnn", "local_window": 3}, "model.")
-    from_dict(ModelConfig, {"arch": "rnn", "attention": "luong-local-m", "local_window": 3})
-    assert "local_window" not in ModelConfig(arch="rnn").used()  # model directories as before
-    assert ModelConfig(arch="rnn", attention="luong-local-p").used()["local_window"] == 10
+        read_model({"arch": "rnn", "local_window": 3})
+    with pytest.raises(ConfigError, match="model.decoder.local_window: only luong-local"):
+        read_model({"arch": "rnn", "decoder": {"local_window": 3}})
+    read_model({"arch": "rnn", "attention": "luong-local-m", "local_window": 3})
+    assert "local_window" not in ModelConfig(arch="rnn").used()["decoder"]
+    local = ModelConfig(arch="rnn", decoder=DecoderConfig(attention="luong-local-p"))
+    assert local.used()["decoder"]["local_window"] == 10

@@ -170,6 +170,13 @@ REFUSED = [
      f"data.captions_format: {TEXT_MODEL}"),
     ("text-target-tokenizer-alone", ["model.encoder=text", "data.tgt_tokenizer=t.tgt"],
      "data.src_tokenizer and data.tgt_tokenizer: give both or neither"),
+    # in sections (issue 27, item 6): each key named as it was given, flat or nested
+    ("image-nested-source-tokenizer", ["data.source.tokenizer=tokenizer.src"],
+     f"data.source.tokenizer: the tokenizer of source text; {IMAGES}: give data.tgt_tokenizer "
+     "alone"),
+    ("text-nested-images", ["model.encoder.kind=text", "data.source.images=images"],
+     "data.source.images: only an image model (model.encoder.kind cnn, vit or "
+     "torchvision:<name>) reads it; this model's model.encoder.kind is text: remove the key"),
 ]  # fmt: skip
 
 CASES = [(key, "works") for key in WORKS] + [(case[0], "refused") for case in REFUSED]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from earlier import flat_model
 from image_models import scene_files
 
 import heedful
@@ -157,14 +158,17 @@ def test_the_model_directory_round_trips(demo, tmp_path, pictures):
 
 def legacy(model_dir, out):
     """A copy of an image model's directory as heedful wrote it before transform.json: the
-    transform in tokenizer.src, as JSON of "kind": "image"; src_vocab_size the specials'."""
+    transform in tokenizer.src, as JSON of "kind": "image"; src_vocab_size the specials'; the
+    model's keys flat, as before the config's sections."""
     import shutil
 
     shutil.copytree(model_dir, out)
     transform = json.loads((out / "transform.json").read_text())
     (out / "tokenizer.src").write_text(json.dumps({"kind": "image", "transform": transform}))
     (out / "transform.json").unlink()
-    _edit_json(out / "config.json", lambda j: j.update(src_vocab_size=4))
+    _edit_json(
+        out / "config.json", lambda j: j.update(src_vocab_size=4, model=flat_model(j["model"]))
+    )
     return out
 
 
@@ -206,7 +210,7 @@ HOSTILE = {
     ),
     "size-unlike-the-config": (
         lambda d: _edit_json(d / "transform.json", lambda j: j.update(size=64)),
-        "model.image_size is 48",
+        "model.encoder.image_size is 48",
     ),
     "text-tokenizer-in-the-image-slot": (
         lambda d: (d / "transform.json").write_text('{"kind": "char", "vocab": []}'),
@@ -247,27 +251,41 @@ LEGACY = {  # the same faults in tokenizer.src, where an earlier heedful kept th
     ),
     "size-unlike-the-config": (
         lambda d: _edit_json(d / "tokenizer.src", lambda j: j["transform"].update(size=64)),
-        "model.image_size is 48",
+        "model.encoder.image_size is 48",
     ),
     "text-tokenizer-in-an-image-model": (
         lambda d: (d / "tokenizer.src").write_text('{"kind": "char", "vocab": []}'),
         "a text model",
     ),
 }
-CONFIG = {  # either layout's config.json
+
+
+def _model_key(flat: str, nested: str, value):
+    """Set a key of config.json's model: nested, or flat in an earlier heedful's layout."""
+
+    def change(j):
+        model = j["model"]
+        if isinstance(model.get("encoder"), dict):
+            part, leaf = nested.split(".")
+            model[part][leaf] = value
+        else:
+            model[flat] = value
+
+    return lambda d: _edit_json(d / "config.json", change)
+
+
+CONFIG = {  # either layout's config.json: its message by layout, the key as that one spells it
     "unknown-encoder": (
-        lambda d: _edit_json(d / "config.json", lambda j: j["model"].update(encoder="pixels")),
-        "model.encoder",
+        _model_key("encoder", "encoder.kind", "pixels"),
+        {"now": "model.encoder.kind: 'pixels'", "legacy": "model.encoder: 'pixels'"},
     ),
     "too-many-cnn-blocks": (
-        lambda d: _edit_json(d / "config.json", lambda j: j["model"].update(cnn_blocks=9)),
-        "model.cnn_blocks",
+        _model_key("cnn_blocks", "encoder.blocks", 9),
+        {"now": "model.encoder.blocks: 9 blocks", "legacy": "model.cnn_blocks: 9 blocks"},
     ),
     "nan-penalty": (
-        lambda d: _edit_json(
-            d / "config.json", lambda j: j["model"].update(attention_penalty=float("nan"))
-        ),
-        "config.json",
+        _model_key("attention_penalty", "decoder.attention_penalty", float("nan")),
+        {"now": "model.decoder.attention_penalty", "legacy": "model.attention_penalty"},
     ),
 }
 CASES = [("now", name) for name in {**HOSTILE, **CONFIG}]
@@ -279,6 +297,7 @@ def test_hostile_image_model_directories(layout, case, demo, tmp_path, pictures)
     import shutil
 
     damage, message = {**(HOSTILE if layout == "now" else LEGACY), **CONFIG}[case]
+    message = message[layout] if isinstance(message, dict) else message
     model_dir = tmp_path / "model"
     if layout == "now":
         shutil.copytree(demo.model_dir, model_dir)
@@ -338,7 +357,7 @@ def test_heedful_train_names_what_an_image_run_lacks(tmp_path):
     from heedful.training.experiment import train_from_config
 
     config = load_config(None, ["model.encoder=cnn", "model.image_size=48"])
-    with pytest.raises(ConfigError, match="give data.images"):
+    with pytest.raises(ConfigError, match="give data.source.images"):
         train_from_config(config, tmp_path / "run", progress=False, echo=lambda line: None)
     assert not (tmp_path / "run").exists()
     scene_files(tmp_path, 2, seed=1)
@@ -383,7 +402,8 @@ def test_the_demo_s_batches_mix_the_kinds_of_caption():
 
 def test_the_default_model_s_directory_round_trips(tmp_path, pictures):
     """The demo's default: a CNN with coordinate channels and an encoder layer over its cells;
-    its directory keeps both (config.json's cnn_coords and cnn_layers, the layer's weights)."""
+    its directory keeps both (config.json's model.encoder coords and layers, the layer's
+    weights)."""
     from heedful.demo.captions import CAPTION_MODELS, DEFAULT_MODEL
 
     config = CAPTION_MODELS[DEFAULT_MODEL]
@@ -391,12 +411,12 @@ def test_the_default_model_s_directory_round_trips(tmp_path, pictures):
         DEFAULT_MODEL, tmp_path, train_size=60, test_size=4, max_steps=2, progress=False,
         echo=lambda line: None,
     )  # fmt: skip
-    stored = json.loads((result.model_dir / "config.json").read_text())["model"]
-    assert stored["cnn_coords"] == config.cnn_coords and stored["cnn_layers"] == config.cnn_layers
+    stored = json.loads((result.model_dir / "config.json").read_text())["model"]["encoder"]
+    assert stored["coords"] == config.encoder.coords and stored["layers"] == config.encoder.layers
     loaded = load_model_dir(result.model_dir)
     assert loaded.model_config == config
     layers = {k.split(".")[2] for k in loaded.model.state_dict() if k.startswith("encoder.layers.")}
-    assert len(layers) == config.cnn_layers + 1  # the layers and the stack's final LayerNorm
+    assert len(layers) == config.encoder.layers + 1  # the layers and the stack's final LayerNorm
     _, paths = pictures
     first, second = (Translator.load(result.model_dir).translate(paths) for _ in range(2))
     assert [c.text for c in first] == [c.text for c in second]

@@ -1,6 +1,7 @@
 """Model directories: round trip, atomic writes, averaging, and refusing pickles unexecuted."""
 
 import pickle
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,15 +13,25 @@ from heedful.checkpoint.model_dir import (
     load_model_dir,
     save_model_dir,
 )
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import CharTokenizer
 from heedful.models.build import build_model
 
 CONFIGS = [
     ModelConfig(
-        d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32, tie_embeddings=True
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1, tie_embeddings=True),
     ),
-    ModelConfig(arch="rnn", rnn_cell="lstm", d_model=8, hidden_size=16, attention="luong-concat"),
+    ModelConfig(
+        arch="rnn",
+        rnn_cell="lstm",
+        d_model=8,
+        hidden_size=16,
+        decoder=DecoderConfig(attention="luong-concat"),
+    ),
 ]
 
 
@@ -40,7 +51,7 @@ def test_round_trip_gives_identical_weights_and_settings(tmp_path, config):
     assert (loaded.src_lang, loaded.tgt_lang) == ("en", "de")
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.model.state_dict().items()):
         assert torch.equal(a, b), name
-    if config.tie_embeddings:
+    if config.decoder.tie_embeddings:
         assert loaded.model.decoder.generator.weight is loaded.model.decoder.embed.tokens.weight
 
 
@@ -120,7 +131,8 @@ def _earlier(name: str) -> str:
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_weights_under_the_earlier_names_load_as_they_were(tmp_path, tie):
-    config = ModelConfig(**{**vars(CONFIGS[0]), "tie_embeddings": tie, "norm": "pre"})
+    tied = replace(CONFIGS[0].decoder, tie_embeddings=tie)
+    config = replace(CONFIGS[0], decoder=tied, norm="pre")
     model = _save(tmp_path / "m", config)
     written = _rename(tmp_path / "m" / "model.safetensors", _earlier)
     assert {"src_embed.tokens.weight", "encoder_norm.weight", "generator.bias"} <= set(written)

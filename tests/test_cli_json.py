@@ -12,6 +12,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 
 import heedful
 from heedful.cli import main
+from heedful.evaluation import tokenized_bleu
 
 
 @pytest.fixture
@@ -49,8 +50,11 @@ def test_each_metric_is_sacrebleus_own_score_and_signature(reverse_model_dir, te
     assert settings["engine"] == "torch" and settings["metric"] == "bleu"
     assert settings["src"] == files[1] and settings["ref"] == files[3]
     assert sum(b["sentences"] for b in report["bleu_by_length"]) == len(pairs)
+    papers = tokenized_bleu(outputs, references[0], heedful.load(reverse_model_dir).languages[1])
+    assert report["tokenized_bleu"] == pytest.approx(papers.record())
     text = CliRunner().invoke(main, ["evaluate", str(reverse_model_dir), *files]).output
     assert text.startswith(f"BLEU = {bleu.score:.2f}  (")  # without --json: the text report
+    assert str(papers) in text  # the tokenized BLEU papers report, beside sacreBLEU's
 
 
 def test_rouge_adds_its_scores_with_their_signature(reverse_model_dir, test_files):

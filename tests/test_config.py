@@ -19,7 +19,7 @@ def test_yaml_and_overrides(tmp_path):
     config = load_config(
         path, ["train.max_steps=200", "train.betas=[0.9, 0.99]", "model.dropout=0"]
     )
-    assert config.model.arch == "rnn" and config.model.attention == "luong-dot"
+    assert config.model.arch == "rnn" and config.model.decoder.attention == "luong-dot"
     assert config.train.lr == 0.003 and config.train.max_steps == 200
     assert config.train.betas == (0.9, 0.99) and config.model.dropout == 0.0
 
@@ -43,6 +43,28 @@ def test_yaml_and_overrides(tmp_path):
         ("train:\n  patience: 0\n", "train.patience: must be > 0"),
         ("train:\n  betas: [0.9, 1.0]\n", r"train.betas\[1\]: must be in \[0, 1\)"),
         ("- a\n- b\n", "top level must be a mapping"),
+        # the sections (issue 27, item 6): their keys are named by their nested paths
+        ("model:\n  decoder:\n    layers: 0\n", "model.decoder.layers: must be > 0"),
+        ("model:\n  decoder:\n    atention: none\n", "unknown config key model.decoder.atention"),
+        (
+            "model:\n  encoder:\n    bidirectional: 1\n",
+            "model.encoder.bidirectional: expected true",
+        ),
+        ("model:\n  encoder:\n    kind: lstm\n", "model.encoder.kind: 'lstm' is not one of text"),
+        ("model:\n  encoder: [text]\n", "model.encoder: expected str, got list"),
+        ("model:\n  decoder: bahdanau\n", "model.decoder: expected a mapping, got str"),
+        ("data:\n  source:\n    tokenizer: 3\n", "data.source.tokenizer: expected str"),
+        ("data:\n  source:\n    tokeniser: a\n", "unknown config key data.source.tokeniser"),
+        ("data:\n  source: a.src\n", "data.source: expected a mapping, got str"),
+        # a key given both ways at once, in one file
+        (
+            "model:\n  attention: none\n  decoder:\n    attention: bahdanau\n",
+            "model.attention and model.decoder.attention: one key given twice",
+        ),
+        (
+            "data:\n  src_tokenizer: a\n  source:\n    tokenizer: b\n",
+            "data.src_tokenizer and data.source.tokenizer: one key given twice",
+        ),
     ],
 )
 def test_bad_configs_name_the_key(tmp_path, text, message):
@@ -72,6 +94,13 @@ def test_bad_overrides_and_missing_file(tmp_path):
         ("model:\n  arch: rnn\n  num_heads: 8\n", "model.num_heads"),
         ("model:\n  hidden_size: 64\n", "model.hidden_size"),
         ("model:\n  attention: luong-dot\n", "model.attention"),
+        (
+            "model:\n  arch: rnn\n  decoder:\n    tie_embeddings: true\n",
+            "model.decoder.tie_embeddings",
+        ),
+        ("model:\n  decoder:\n    input_feeding: true\n", "model.decoder.input_feeding"),
+        ("model:\n  arch: rnn\n  encoder:\n    layers: 6\n", "model.encoder.layers"),
+        ("model:\n  encoder:\n    bidirectional: false\n", "model.encoder.bidirectional"),
     ],
 )
 def test_a_key_the_family_does_not_read_is_an_error(tmp_path, text, key):
@@ -115,3 +144,120 @@ def test_max_output_length_matches_the_batched_limit():
         src = torch.ones(40, 41, dtype=torch.long).tril()  # lengths 1..40, the rest is padding
         batched = max_output_lengths((src != 0).sum(1), ratio, offset).tolist()
         assert batched == [g.max_output_length(n) for n in range(1, 41)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The sections and today's flat keys (issue 27, item 6; config/flat.py)
+# ---------------------------------------------------------------------------------------------
+
+FLAT = """\
+data:
+  src_tokenizer: t.src
+  tgt_tokenizer: t.src  # the pointer-generator's one vocabulary
+model:
+  arch: rnn
+  hidden_size: 64
+  encoder_layers: 2
+  bidirectional: false
+  attention: luong-local-p
+  local_window: 4
+  input_feeding: true
+  copy: true
+"""
+NESTED = """\
+data:
+  tgt_tokenizer: t.src  # the pointer-generator's one vocabulary
+  source:
+    tokenizer: t.src
+model:
+  arch: rnn
+  hidden_size: 64
+  encoder:
+    kind: text
+    bidirectional: false
+  decoder:
+    attention: luong-local-p
+    local_window: 4
+    input_feeding: true
+    copy: true
+"""
+
+
+def test_flat_and_nested_configs_read_the_same(tmp_path):
+    (tmp_path / "flat.yaml").write_text(FLAT)
+    (tmp_path / "nested.yaml").write_text(NESTED)
+    flat, nested = load_config(tmp_path / "flat.yaml"), load_config(tmp_path / "nested.yaml")
+    assert flat == nested
+    assert nested.model.encoder.bidirectional is False and nested.model.decoder.local_window == 4
+    assert nested.data.source.tokenizer == "t.src"
+
+
+def test_an_override_beats_the_file_whichever_way_either_spells_the_key(tmp_path):
+    (tmp_path / "flat.yaml").write_text(FLAT)
+    (tmp_path / "nested.yaml").write_text(NESTED)
+    for name in ("flat.yaml", "nested.yaml"):
+        for key in ("model.attention", "model.decoder.attention"):
+            config = load_config(tmp_path / name, [f"{key}=bahdanau", "model.local_window=10"])
+            assert config.model.decoder.attention == "bahdanau", (name, key)
+        target = "data.tgt_tokenizer=u.src"
+        source = load_config(tmp_path / name, ["data.source.tokenizer=u.src", target]).data.source
+        assert source.tokenizer == "u.src"
+        flat = load_config(tmp_path / name, ["data.src_tokenizer=u.src", target]).data.source
+        assert flat == source
+    with pytest.raises(ConfigError, match="model.copy and model.decoder.copy: one key given"):
+        load_config(tmp_path / "nested.yaml", ["model.copy=false", "model.decoder.copy=false"])
+
+
+def test_the_two_flat_layer_keys_of_the_encoder_each_belong_to_their_kinds():
+    """model.encoder.layers was encoder_layers (text, vit) and cnn_layers (cnn); the one a kind
+    does not read is dropped at its default (files written before the sections list both), as
+    it always was, and an error otherwise."""
+    image = ["model.encoder=cnn", "model.image_size=32", "model.cnn_blocks=2"]
+    both = [*image, "model.encoder_layers=2", "model.cnn_layers=1"]
+    assert load_config(None, both).model.encoder.layers == 1
+    text = load_config(None, ["model.encoder_layers=3", "model.cnn_layers=0"]).model.encoder
+    assert text.layers == 3 and text.kind == "text"
+    with pytest.raises(ConfigError, match="model.encoder_layers: only model.encoder text / vit"):
+        load_config(None, [*image, "model.encoder_layers=3"])
+    with pytest.raises(ConfigError, match="model.cnn_layers: only model.encoder cnn uses it"):
+        load_config(None, ["model.cnn_layers=1"])
+
+
+def test_errors_name_keys_as_the_config_spells_them(tmp_path):
+    """A config written flat hears flat names, one written with sections nested ones, and a
+    key given flat beside sections is named as given."""
+    with pytest.raises(ConfigError) as flat:
+        load_config(None, ["model.arch=rnn", "model.attention=luong-magic"])
+    assert str(flat.value).startswith("model.attention: 'luong-magic' is not one of")
+    with pytest.raises(ConfigError) as nested:
+        load_config(None, ["model.arch=rnn", "model.decoder.attention=luong-magic"])
+    assert str(nested.value).startswith("model.decoder.attention: 'luong-magic' is not one of")
+    with pytest.raises(ConfigError) as mixed:  # a section given, and one key flat
+        load_config(None, ["model.encoder.kind=text", "model.attention=luong-magic"])
+    assert str(mixed.value).startswith("model.attention: 'luong-magic' is not one of")
+    with pytest.raises(ConfigError) as pair:  # the key not given is named in the file's way
+        load_config(None, ["data.tgt_tokenizer=t.tgt"])
+    assert str(pair.value) == "data.src_tokenizer and data.tgt_tokenizer: give both or neither"
+    (tmp_path / "c.yaml").write_text(NESTED.replace("    tokenizer: t.src\n", "    images: x\n"))
+    with pytest.raises(ConfigError, match=r"data.source.tokenizer and data.tgt_tokenizer"):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_a_saved_config_is_nested_and_an_earlier_flat_one_still_loads(tmp_path):
+    import yaml
+
+    (tmp_path / "flat.yaml").write_text(FLAT)
+    config = load_config(tmp_path / "flat.yaml")
+    save_config(config, tmp_path / "saved.yaml")
+    saved = yaml.safe_load((tmp_path / "saved.yaml").read_text())
+    assert saved["model"]["encoder"] == {"kind": "text", "bidirectional": False}
+    assert saved["model"]["decoder"] == {
+        "attention": "luong-local-p",
+        "local_window": 4,
+        "input_feeding": True,
+        "copy": True,
+    }
+    assert saved["data"]["source"] == {"tokenizer": "t.src", "images": None, "feature_cache": None}
+    assert not {"attention", "copy", "bidirectional"} & set(saved["model"])
+    assert "src_tokenizer" not in saved["data"]
+    assert load_config(tmp_path / "saved.yaml") == config

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig
 from heedful.models.build import build_model
 from heedful.search.decoding import beam_search, gnmt_length_penalty, greedy_search
 
@@ -64,11 +64,15 @@ BEAM_MODELS = {  # name: (config, output scale, </s> bias)
     "transformer": (ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0), 1.0, 0.0),
     "rnn-bahdanau": (ModelConfig(**RNN), 8.0, 1.0),
     "rnn-luong-feeding": (
-        ModelConfig(**RNN, rnn_cell="lstm", attention="luong-general", input_feeding=True),
+        ModelConfig(
+            **RNN,
+            rnn_cell="lstm",
+            decoder=DecoderConfig(attention="luong-general", input_feeding=True),
+        ),
         8.0,
         0.75,
     ),
-    "rnn-none": (ModelConfig(**RNN, attention="none"), 4.0, 1.75),
+    "rnn-none": (ModelConfig(**RNN, decoder=DecoderConfig(attention="none")), 4.0, 1.75),
 }
 
 

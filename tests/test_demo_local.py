@@ -11,7 +11,10 @@ from heedful.demo.run import DEMO_MODELS, run_demo
 @pytest.mark.parametrize("model_name", ["rnn-luong-local-m", "rnn-luong-local-p"])
 def test_the_demo_runs_with_local_attention(tmp_path, model_name):
     config = DEMO_MODELS[model_name]
-    assert config.attention == model_name.removeprefix("rnn-") and config.local_window == 5
+    assert (
+        config.decoder.attention == model_name.removeprefix("rnn-")
+        and config.decoder.local_window == 5
+    )
     result = run_demo(
         model_name, tmp_path, train_size=300, test_size=20, max_steps=5, max_time=1e9,
         progress=False, echo=lambda _: None,

@@ -24,7 +24,7 @@ from margins import clear_beam_disagreements, clear_disagreements
 
 from heedful.checkpoint.model_dir import CheckpointError, GenerationConfig, save_model_dir
 from heedful.cli import main
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.cpu import Int8Fallback, int8_support
 from heedful.data.tokenizers import EOS, EOS_ID, CharTokenizer
 from heedful.inference.export import export_ctranslate2, vocabulary
@@ -38,9 +38,18 @@ NEAR_TIE = 1e-3  # nats: float32 rounding differences between engines are about 
 
 def random_model_dir(path, norm="post", tie=False, positional="sinusoidal", kv_heads=None):
     tokenizer = CharTokenizer.train([ALPHABET])
-    config = ModelConfig(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64,
-                         dropout=0.0, norm=norm, tie_embeddings=tie, positional=positional,
-                         max_positions=64, num_kv_heads=kv_heads)  # fmt: skip
+    config = ModelConfig(
+        d_model=32,
+        num_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        norm=norm,
+        positional=positional,
+        max_positions=64,
+        num_kv_heads=kv_heads,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=2, tie_embeddings=tie),
+    )
     torch.manual_seed(1)
     model = build_model(config, len(tokenizer), len(tokenizer))
     with torch.no_grad():

@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_decoding import RowCounter  # counts the rows each step decodes
 
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, ViTEncoderConfig
 from heedful.layers.attention import MultiHeadAttention
 from heedful.layers.stacked import stacked_weights
 from heedful.models.build import build_model
@@ -95,7 +95,9 @@ def test_int8_layers_are_not_fused():
 
 def transformer64():
     torch.manual_seed(0)
-    config = ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0, decoder_layers=2)
+    config = ModelConfig(
+        d_model=32, num_heads=4, d_ff=64, dropout=0.0, decoder=DecoderConfig(layers=2)
+    )
     return build_model(config, 20, 15).double().eval()
 
 
@@ -216,8 +218,13 @@ def test_a_search_after_a_fused_optimizer_step_sees_the_new_weights(arch):
 
     torch.manual_seed(0)
     if arch == "vit":  # a ViT's encoder layers stack their Q, K, V too
-        config = ModelConfig(encoder="vit", image_size=16, patch_size=8, d_model=32,
-                             num_heads=4, d_ff=64, dropout=0.0)  # fmt: skip
+        config = ModelConfig(
+            d_model=32,
+            num_heads=4,
+            d_ff=64,
+            dropout=0.0,
+            encoder=ViTEncoderConfig(image_size=16, patch_size=8),
+        )
         model, src = build_model(config, 4, 15), torch.randn(3, 3, 16, 16)
     else:
         model = build_model(ModelConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.0), 20, 15)

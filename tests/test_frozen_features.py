@@ -283,18 +283,29 @@ HOSTILE = [  # (id, overrides(tmp_path), error pattern)
      r"data.feature_cache: expected str"),
     ("row0-cache-a-list", lambda t: ["data.feature_cache=[a, b]"],
      r"data.feature_cache: expected str"),
-    ("row0-cache-huge", lambda t: [f"data.feature_cache={t}/{'x' * 5000}"],
-     r"data.feature_cache: cannot make the folder"),
-    ("cache-a-file", lambda t: [f"data.feature_cache={_a_file(t)}"],
-     r"data.feature_cache: .*a-file is a file, not a folder"),
-    ("cache-under-a-file", lambda t: [f"data.feature_cache={_a_file(t)}/cache"],
-     r"data.feature_cache: cannot make the folder"),
+    # found when training starts: named by the key's path in the sections
+    ("row0-cache-huge", lambda t: [f"data.source.feature_cache={t}/{'x' * 5000}"],
+     r"data.source.feature_cache: cannot make the folder"),
+    ("cache-a-file", lambda t: [f"data.source.feature_cache={_a_file(t)}"],
+     r"data.source.feature_cache: .*a-file is a file, not a folder"),
+    ("cache-under-a-file", lambda t: [f"data.source.feature_cache={_a_file(t)}/cache"],
+     r"data.source.feature_cache: cannot make the folder"),
     ("freeze-a-vit", lambda t: ["model.encoder=vit"],
      r"model.freeze_encoder: a ViT's patch embedding"),
     ("freeze-a-text-model", lambda t: ["model.encoder=text"],
      r"model.freeze_encoder: a text model has no image encoder"),
     ("row0-freeze-not-a-bool", lambda t: ["model.freeze_encoder='true'"],
      r"model.freeze_encoder: expected true or false"),
+    # the same keys in their sections (issue 27, item 6)
+    ("nested-cache-without-freeze",
+     lambda t: ["model.encoder.freeze=false", f"data.source.feature_cache={t}"],
+     r"data.source.feature_cache .* model.encoder.freeze is false"),
+    ("nested-row0-cache-empty", lambda t: ["data.source.feature_cache=''"],
+     r"data.source.feature_cache: an empty name"),
+    ("nested-freeze-a-vit", lambda t: ["model.encoder.kind=vit", "model.encoder.freeze=true"],
+     r"model.encoder.freeze: a ViT's patch embedding"),
+    ("nested-row0-freeze-not-a-bool", lambda t: ["model.encoder.freeze='true'"],
+     r"model.encoder.freeze: expected true or false"),
 ]  # fmt: skip
 
 
@@ -311,5 +322,6 @@ def test_a_read_only_cache_folder_is_refused(data, tmp_path, monkeypatch):
 
     # os.access as a user without write permission answers it (root may write anywhere)
     monkeypatch.setattr(experiment.os, "access", lambda path, mode: False)
-    with pytest.raises(ConfigError, match="data.feature_cache: .* is not writable"):
-        _train(_config(data, "rnn", f"data.feature_cache={tmp_path / 'cache'}"), tmp_path / "run")
+    cache = f"data.source.feature_cache={tmp_path / 'cache'}"
+    with pytest.raises(ConfigError, match="data.source.feature_cache: .* is not writable"):
+        _train(_config(data, "rnn", cache), tmp_path / "run")

@@ -18,7 +18,7 @@ from conftest import LETTERS, reverse_pairs, train_reverse
 from test_attention import make_mask, ref_mha, rel_err, tril_mask
 
 from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
-from heedful.config import ConfigError, ModelConfig, load_config
+from heedful.config import ConfigError, DecoderConfig, ModelConfig, TextEncoderConfig, load_config
 from heedful.data.tokenizers import CharTokenizer
 from heedful.inference.translator import Translator
 from heedful.layers.attention import MultiHeadAttention
@@ -121,7 +121,7 @@ def test_num_kv_heads_must_divide_num_heads_and_belongs_to_the_transformer():
         load_config(None, ["model.arch=rnn", "model.num_kv_heads=1"])
     with pytest.raises(ValueError, match="must divide num_heads"):
         MultiHeadAttention(D, H, num_kv_heads=3)
-    assert "num_kv_heads" not in ModelConfig().used()  # model directories stay as they were
+    assert ModelConfig().used()["num_kv_heads"] is None  # a model directory says: one a head
     assert ModelConfig(num_kv_heads=2).used()["num_kv_heads"] == 2
 
 
@@ -129,7 +129,7 @@ def test_num_kv_heads_must_divide_num_heads_and_belongs_to_the_transformer():
 def gqa_model_dir(tmp_path_factory):
     """The conftest's reverse task learned by a model with 2 key/value heads for 4 heads."""
     tokenizer = CharTokenizer.train([LETTERS])
-    layers = dict(encoder_layers=1, decoder_layers=1)
+    layers = dict(encoder=TextEncoderConfig(layers=1), decoder=DecoderConfig(layers=1))
     config = ModelConfig(d_model=32, num_heads=4, num_kv_heads=2, d_ff=64, dropout=0.0, **layers)
     model = train_reverse(config, tokenizer, steps=300)
     generation = GenerationConfig(num_beams=1, max_len_ratio=1.5, max_len_offset=4)
@@ -175,6 +175,6 @@ def test_internals_size_counts_the_smaller_keys_and_values():
 
     grouped, plain = ModelConfig(num_kv_heads=1), ModelConfig()
     d, d_kv, s, t = plain.d_model, plain.d_model // plain.num_heads, 10, 7
-    saved = (2 * plain.encoder_layers + 2 * plain.decoder_layers) * s * (d - d_kv)
-    saved += 2 * plain.decoder_layers * t * (d - d_kv)  # decoder k, v
+    saved = (2 * plain.encoder.layers + 2 * plain.decoder.layers) * s * (d - d_kv)
+    saved += 2 * plain.decoder.layers * t * (d - d_kv)  # decoder k, v
     assert internals_size(plain, s, [t]) - internals_size(grouped, s, [t]) == saved

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from heedful.checkpoint.model_dir import save_model_dir
 from heedful.cli import main
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import DecoderConfig, GenerationConfig, ModelConfig, TextEncoderConfig
 from heedful.data.languages import LanguageError
 from heedful.data.tokenizers import CharTokenizer, SentencePieceTokenizer
 from heedful.inference.translator import Translator
@@ -202,7 +202,13 @@ def multilingual(tmp_path_factory) -> Path:
     """A tiny untrained multilingual model directory (en→de, en→fr)."""
     source = CharTokenizer.train(["abc <>"], symbols=["<2de>", "<2fr>"])
     target = CharTokenizer.train(["abc"])
-    config = ModelConfig(d_model=8, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16)
+    config = ModelConfig(
+        d_model=8,
+        num_heads=2,
+        d_ff=16,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1),
+    )
     torch.manual_seed(0)
     model = build_model(config, len(source), len(target))
     path = tmp_path_factory.mktemp("hostile-languages") / "model"
@@ -217,7 +223,13 @@ def sp_multilingual(tmp_path_factory) -> Path:
     texts = [" ".join(WORDS[i:] + WORDS[:i]) + " <2 de fr> " for i in range(len(WORDS))]
     source = SentencePieceTokenizer.train(texts, 24, symbols=["<2de>", "<2fr>"])
     target = CharTokenizer.train(["abc"])
-    config = ModelConfig(d_model=8, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16)
+    config = ModelConfig(
+        d_model=8,
+        num_heads=2,
+        d_ff=16,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1),
+    )
     torch.manual_seed(0)
     model = build_model(config, len(source), len(target))
     path = tmp_path_factory.mktemp("hostile-languages-sp") / "model"

@@ -23,13 +23,14 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from earlier import flat_model
 from memory import memory_cap
 from safetensors.torch import load_file, save_file
 
 import heedful
 from heedful.checkpoint.model_dir import CheckpointError, average_checkpoints, save_model_dir
 from heedful.cli import main
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import CharTokenizer
 from heedful.inference.export import export_ctranslate2, import_ctranslate2
 from heedful.inference.runtime import load_translator
@@ -63,7 +64,17 @@ def edit_json(name: str, change):
 
 
 def model_field(**fields):
-    return edit_json("config.json", lambda c: c["model"].update(fields))
+    """config.json's model with its keys flat, as an earlier heedful wrote it, and `fields`."""
+    return edit_json("config.json", lambda c: c.update(model=flat_model(c["model"]) | fields))
+
+
+def model_part(path: str | None, value):
+    """config.json's model, nested as it is written, with `path` (decoder.layers) set, or
+    (None) updated with the mapping `value`."""
+    if path is None:
+        return edit_json("config.json", lambda c: c["model"].update(value))
+    part, key = path.split(".")
+    return edit_json("config.json", lambda c: c["model"][part].update({key: value}))
 
 
 def config_field(**fields):
@@ -201,7 +212,13 @@ BIG = dict(d_model=4096, num_heads=16, encoder_layers=48, decoder_layers=48, d_f
 SIZE = "2147483647"  # checkpoint.MAX_SIZE
 CT2 = "ctranslate2"
 CT2_BROKEN = ["ctranslate2", "CTranslate2 cannot load"]
-DEEPER = ModelConfig(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=1, d_ff=64)
+DEEPER = ModelConfig(
+    d_model=32,
+    num_heads=4,
+    d_ff=64,
+    encoder=TextEncoderConfig(layers=2),
+    decoder=DecoderConfig(layers=1),
+)
 HAN = "".join(map(chr, range(0x4E00, 0x9FFF)))  # 20991 characters: a tokenizer of 20995
 HEADER_4EB = {"w": {"dtype": "F32", "shape": [10**9, 10**9], "data_offsets": [0, 4 * 10**18]}}
 
@@ -287,6 +304,19 @@ CASES = [
     # the Transformer keys left in config.json are refused before any weight is read
     case("row10-config-rnn-over-transformer-weights", model_field(arch="rnn"),
          ["config.json", "model.d_ff", "only arch transformer uses it"]),
+    # config.json's model as written now, in sections (issue 27, item 6)
+    case("row10-nested-negative-layers", model_part("decoder.layers", -1),
+         ["config.json", "model.decoder.layers: must be > 0"]),
+    case("row10-nested-string-for-bool", model_part("decoder.tie_embeddings", "yes"),
+         ["config.json", "model.decoder.tie_embeddings: expected true or false"]),
+    case("row10-nested-unknown-key", model_part("encoder.heads", 2),
+         ["config.json", "unknown config key model.encoder.heads"]),
+    case("row10-nested-kind-a-number", model_part("encoder.kind", 7),
+         ["config.json", "model.encoder.kind: expected str, got int 7"]),
+    case("row10-nested-rnn-key-of-a-transformer", model_part("decoder.attention", "luong-dot"),
+         ["config.json", "model.decoder.attention: only arch rnn uses it"]),
+    case("row10-nested-and-flat-at-once", model_part(None, {"decoder_layers": 1}),
+         ["config.json", "model.decoder_layers and model.decoder.layers: one key given twice"]),
     case("row10-config-repeated-key", write("config.json", '{"format": 1, "format": 2}'),
          ["config.json", "'format' appears twice"]),
     case("row10-config-nested-too-deep", write("config.json", "[" * 100_000),

@@ -378,9 +378,9 @@ CASES = [
     pytest.param(
         Case(
             before=first_run,
-            sets=("data.src_tokenizer=nope.src", "data.tgt_tokenizer=nope.tgt"),
+            sets=("data.source.tokenizer=nope.src", "data.tgt_tokenizer=nope.tgt"),
             args=("--force",),
-            words=("data.src_tokenizer", "nope.src"),
+            words=("data.source.tokenizer", "nope.src"),
             check=run_kept,
         ),
         id="row9-force-with-missing-tokenizer-keeps-run",

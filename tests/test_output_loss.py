@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from heedful.config import ModelConfig, TrainConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig, TrainConfig
 from heedful.data.batching import InMemoryPairs
 from heedful.models.build import build_model
 from heedful.training.loop import defers_output_layer, train
@@ -94,9 +94,21 @@ def test_only_padding_or_no_positions_give_zero_loss_and_gradients(n):
 @pytest.mark.parametrize(
     "config",
     [
-        ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32),
+        ModelConfig(
+            d_model=16,
+            num_heads=2,
+            d_ff=32,
+            encoder=TextEncoderConfig(layers=1),
+            decoder=DecoderConfig(layers=1),
+        ),
         ModelConfig(arch="rnn", d_model=8, hidden_size=16),
-        ModelConfig(arch="rnn", d_model=8, hidden_size=16, input_feeding=True, rnn_cell="lstm"),
+        ModelConfig(
+            arch="rnn",
+            d_model=8,
+            hidden_size=16,
+            rnn_cell="lstm",
+            decoder=DecoderConfig(input_feeding=True),
+        ),
     ],
     ids=["transformer", "rnn", "rnn-lstm-input-feeding"],
 )
@@ -112,7 +124,9 @@ def test_models_hand_over_the_states_before_the_output_layer(config):
 
 def test_the_pointer_generator_keeps_its_mixture_when_asked_for_states():
     """Its log P(w) mixes the softmax with copied attention: no output layer alone gives it."""
-    model = build_model(ModelConfig(arch="rnn", d_model=8, hidden_size=16, copy=True), 12, 12)
+    model = build_model(
+        ModelConfig(arch="rnn", d_model=8, hidden_size=16, decoder=DecoderConfig(copy=True)), 12, 12
+    )
     src = torch.randint(4, 12, (2, 5))
     model.eval()
     out = model(src, src, project=False)
@@ -124,10 +138,17 @@ def test_the_pointer_generator_keeps_its_mixture_when_asked_for_states():
     "model_config",
     [
         ModelConfig(
-            d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32, dropout=0.0
+            d_model=16,
+            num_heads=2,
+            d_ff=32,
+            dropout=0.0,
+            encoder=TextEncoderConfig(layers=1),
+            decoder=DecoderConfig(layers=1),
         ),
         ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0),
-        ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0, copy=True),
+        ModelConfig(
+            arch="rnn", d_model=8, hidden_size=16, dropout=0.0, decoder=DecoderConfig(copy=True)
+        ),
     ],
     ids=["transformer", "rnn", "pointer-generator"],
 )

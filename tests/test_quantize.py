@@ -22,7 +22,7 @@ from torch.ao.nn.quantized import dynamic as quantized
 
 from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
 from heedful.cli import main
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig
 from heedful.data.batching import collate
 from heedful.data.tokenizers import PAD_ID, CharTokenizer
 from heedful.inference.translator import Translator
@@ -103,7 +103,9 @@ def test_quantizing_silences_only_its_own_warnings(reverse_model_dir):
 def test_an_rnn_with_luong_concat_keeps_the_one_linear_it_slices(tmp_path):
     """Luong's concat score reads W_a's weight directly, so W_a stays float; the rest is int8."""
     tokenizer = CharTokenizer.train(["abcdef"])
-    config = ModelConfig(arch="rnn", attention="luong-concat", d_model=16, hidden_size=16)
+    config = ModelConfig(
+        arch="rnn", d_model=16, hidden_size=16, decoder=DecoderConfig(attention="luong-concat")
+    )
     torch.manual_seed(0)
     model = build_model(config, len(tokenizer), len(tokenizer))
     save_model_dir(tmp_path / "rnn", model, config, tokenizer, tokenizer, GenerationConfig())

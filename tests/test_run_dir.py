@@ -6,7 +6,14 @@ import os
 import pytest
 
 from heedful.checkpoint.model_dir import load_model_dir
-from heedful.config import Config, GenerationConfig, ModelConfig, TrainConfig
+from heedful.config import (
+    Config,
+    DecoderConfig,
+    GenerationConfig,
+    ModelConfig,
+    TextEncoderConfig,
+    TrainConfig,
+)
 from heedful.data.tokenizers import CharTokenizer
 from heedful.io import CheckpointError
 from heedful.models.build import build_model
@@ -14,7 +21,13 @@ from heedful.training.loop import Distributed
 from heedful.training.run_dir import Run
 from heedful.training.state import TrainState
 
-MODEL = ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32)
+MODEL = ModelConfig(
+    d_model=16,
+    num_heads=2,
+    d_ff=32,
+    encoder=TextEncoderConfig(layers=1),
+    decoder=DecoderConfig(layers=1),
+)
 
 
 def saved_run(tmp_path, metric: str, scores: list[float], **generation) -> Run:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig
 from heedful.demo.run import DEMO_MODELS
 from heedful.layers.scores import FORMS, RNN_ATTENTIONS, SCORES
 from heedful.models.build import build_model
@@ -26,7 +26,9 @@ def test_every_attention_config_accepts_is_declared_once():
     assert {f"rnn-{name}" for name in SCORES} <= DEMO_MODELS.keys()
     for name, score in SCORES.items():
         assert score.name == name and score.form in FORMS
-        assert ModelConfig(arch="rnn", attention=name).attention == name
+        assert (
+            ModelConfig(arch="rnn", decoder=DecoderConfig(attention=name)).decoder.attention == name
+        )
 
 
 def test_no_other_module_or_script_lists_or_tests_a_score():
@@ -79,7 +81,11 @@ def test_each_declared_form_is_the_modules_score(name):
 def test_each_score_trains_a_step(name):
     torch.manual_seed(0)
     config = ModelConfig(
-        arch="rnn", d_model=8, hidden_size=N, dropout=0.0, attention=name, local_window=WINDOW
+        arch="rnn",
+        d_model=8,
+        hidden_size=N,
+        dropout=0.0,
+        decoder=DecoderConfig(attention=name, local_window=WINDOW),
     )
     model = build_model(config, 11, 11)
     src, tgt = torch.randint(3, 11, (2, S)), torch.randint(3, 11, (2, T + 1))
@@ -96,11 +102,13 @@ def test_each_score_trains_a_step(name):
 
 
 def test_an_unknown_score_is_refused_by_name():
-    from heedful.config import ConfigError
+    from heedful.config import ConfigError, load_config
     from heedful.models.rnn import make_attention
 
-    with pytest.raises(ConfigError, match="model.attention"):
-        ModelConfig(arch="rnn", attention="luong-cubic")
+    with pytest.raises(ConfigError, match="model.decoder.attention: 'luong-cubic'"):
+        ModelConfig(arch="rnn", decoder=DecoderConfig(attention="luong-cubic"))
+    with pytest.raises(ConfigError, match="model.attention: 'luong-cubic'"):  # as written
+        load_config(None, ["model.arch=rnn", "model.attention=luong-cubic"])
     with pytest.raises(ValueError, match="unknown RNN attention 'luong-cubic'"):
         make_attention("luong-cubic", N)
 
@@ -126,7 +134,6 @@ def test_scaled_general_is_luong_general_over_the_root_of_n():
         "Vaswani et al. 2017, §3.2.1)",
         "scale": 1 / N**0.5,
     }
-    assert (
-        ModelConfig(arch="rnn", attention="scaled-general").used()["attention"] == "scaled-general"
-    )
-    assert DEMO_MODELS["rnn-scaled-general"].attention == "scaled-general"
+    config = ModelConfig(arch="rnn", decoder=DecoderConfig(attention="scaled-general"))
+    assert config.used()["decoder"]["attention"] == "scaled-general"
+    assert DEMO_MODELS["rnn-scaled-general"].decoder.attention == "scaled-general"

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from heedful.config import ModelConfig, TrainConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig, TrainConfig
 from heedful.data.batching import Batch, InMemoryPairs
 from heedful.data.stream import BatchStream
 from heedful.models.build import build_model
@@ -34,7 +34,13 @@ def test_batch_stream_resumes_at_any_position():
     assert resumed.epochs_done() >= 1
 
 
-MODEL = ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32)
+MODEL = ModelConfig(
+    d_model=16,
+    num_heads=2,
+    d_ff=32,
+    encoder=TextEncoderConfig(layers=1),
+    decoder=DecoderConfig(layers=1),
+)
 
 
 def test_the_stream_gives_named_batches():

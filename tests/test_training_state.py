@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from heedful.config import ModelConfig, TrainConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig, TrainConfig
 from heedful.io import CheckpointError
 from heedful.models.build import build_model
 from heedful.training.state import (
@@ -19,8 +19,20 @@ from heedful.training.state import (
     rng_state,
 )
 
-TRANSFORMER = ModelConfig(d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32)
-RNN = ModelConfig(arch="rnn", rnn_cell="lstm", d_model=8, hidden_size=16, attention="bahdanau")
+TRANSFORMER = ModelConfig(
+    d_model=16,
+    num_heads=2,
+    d_ff=32,
+    encoder=TextEncoderConfig(layers=1),
+    decoder=DecoderConfig(layers=1),
+)
+RNN = ModelConfig(
+    arch="rnn",
+    rnn_cell="lstm",
+    d_model=8,
+    hidden_size=16,
+    decoder=DecoderConfig(attention="bahdanau"),
+)
 
 
 def test_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():

@@ -1,7 +1,8 @@
-"""Scores of translations against references: sacreBLEU's BLEU, chrF and TER, exact match,
-BLEU per source-length bucket (the table that shows whether a fixed-size context vector is a
-bottleneck on long sentences), ROUGE-1/2/L for summaries (Google's rouge-score), and BLEU-1..4 of
-captions against all of an image's references."""
+"""Scores of translations against references: sacreBLEU's BLEU, chrF and TER, the tokenized BLEU
+papers report beside them, exact match, BLEU per source-length bucket (the table that shows
+whether a fixed-size context vector is a bottleneck on long sentences), ROUGE-1/2/L for
+summaries (Google's rouge-score), and BLEU-1..4 of captions against all of an image's
+references."""
 
 from __future__ import annotations
 
@@ -96,6 +97,66 @@ def _verbose(score) -> str:
     line = score.format(score_only=False)  # "BLEU = 27.30 60.0/33.3/... (BP = ...)"
     prefix = f"{score.name} = {score.format(score_only=True)}"
     return line.removeprefix(prefix).strip()
+
+
+@dataclass
+class TokenizedBleu:
+    """BLEU the way papers on Multi30k (and most fairseq papers) report it, to set beside
+    sacreBLEU's: both sides Moses-tokenized (tokenizer.perl's rules, from sacremoses), then
+    BLEU-4 over whitespace tokens without smoothing, which is what fairseq-generate's scorer and
+    multi-bleu.perl compute on tokenized data. Many Multi30k papers also lowercase their data,
+    so both are given. It reads higher than detokenized, cased sacreBLEU on the same outputs
+    (more, shorter tokens match), so a number from a paper is compared with these, never with
+    sacreBLEU's (Post 2018, "A Call for Clarity in Reporting BLEU Scores")."""
+
+    cased: float
+    lowercased: float
+    signature: str
+
+    def __str__(self) -> str:
+        return (
+            f"tokenized BLEU (as papers report it) = {self.cased:.2f} cased, "
+            f"{self.lowercased:.2f} lowercased  ({self.signature})"
+        )
+
+    def record(self) -> dict:
+        return {"cased": self.cased, "lowercased": self.lowercased, "signature": self.signature}
+
+
+def moses_language(language: str) -> str:
+    """The language code sacremoses's rules are chosen by: 'de' of 'de', 'de_DE' or 'de-AT'."""
+    return language.replace("-", "_").split("_")[0].lower() or "en"
+
+
+def tokenized_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], language: str
+) -> TokenizedBleu:
+    """BLEU on Moses-tokenized text, cased and lowercased (TokenizedBleu says why); `language`:
+    the target language, whose non-breaking prefixes (z.B., Mr.) the tokenizer keeps."""
+    from importlib.metadata import version
+
+    from sacrebleu.metrics import BLEU
+    from sacremoses import MosesTokenizer
+
+    _check_lengths(hypotheses, references)
+    lang = moses_language(language)
+    moses = MosesTokenizer(lang=lang)
+
+    def tokenized(texts: Sequence[str]) -> list[str]:
+        return [moses.tokenize(t, escape=False, return_str=True) for t in texts]
+
+    hyps, refs = tokenized(hypotheses), [tokenized(references)]
+    cased, lower = (
+        BLEU(tokenize="none", smooth_method="none", lowercase=lowercase, force=True)
+        for lowercase in (False, True)
+    )
+    signature = (
+        f"moses:{lang}|sacremoses {version('sacremoses')}|tok:none|smooth:none|"
+        f"sacrebleu {version('sacrebleu')}"
+    )
+    return TokenizedBleu(
+        cased.corpus_score(hyps, refs).score, lower.corpus_score(hyps, refs).score, signature
+    )
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:

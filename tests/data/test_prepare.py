@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from heedful.config import DataConfig
+from heedful.config import DataConfig, SourceConfig
 from heedful.data.corpus import filter_pairs, read_parallel
 from heedful.data.prepare import prepare
 from heedful.data.prepared import MANIFEST, open_prepared
@@ -124,7 +124,7 @@ def test_given_tokenizers_are_used_and_checked(tmp_path):
     quiet(data, tmp_path / "p")
     given = replace(
         data,
-        src_tokenizer=str(tmp_path / "p" / "tokenizer.src"),
+        source=SourceConfig(tokenizer=str(tmp_path / "p" / "tokenizer.src")),
         tgt_tokenizer=str(tmp_path / "p" / "tokenizer.tgt"),
     )
     quiet(given, tmp_path / "q")

@@ -58,13 +58,18 @@ def train_models() -> None:
     from conftest import LETTERS, train_reverse
 
     from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
-    from heedful.config import ModelConfig
+    from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
     from heedful.data.tokenizers import CharTokenizer
 
     tokenizer = CharTokenizer.train([LETTERS])
     configs = {
         "transformer": ModelConfig(
-            d_model=16, num_heads=2, encoder_layers=2, decoder_layers=2, d_ff=32, dropout=0.0
+            d_model=16,
+            num_heads=2,
+            d_ff=32,
+            dropout=0.0,
+            encoder=TextEncoderConfig(layers=2),
+            decoder=DecoderConfig(layers=2),
         ),
         "rnn": ModelConfig(arch="rnn", d_model=16, hidden_size=32, dropout=0.0),
     }

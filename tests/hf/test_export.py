@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
 from heedful.cli import main
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import EOS_ID, SentencePieceTokenizer
 from heedful.inference.translator import Translator
 from heedful.models.build import build_model
@@ -31,9 +31,17 @@ def heedful_model_dir(path, tie=False, norm="post", kv_heads=None):
     english = [t for t in TEXTS if t.split()[0] in ("a", "the", "two")] * 20
     src = SentencePieceTokenizer.train(english, vocab_size=34)
     tgt = SentencePieceTokenizer.train(TEXTS[3:] * 20, vocab_size=36)
-    config = ModelConfig(d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64,
-                         dropout=0.0, max_positions=64, tie_embeddings=tie, norm=norm,
-                         num_kv_heads=kv_heads)  # fmt: skip
+    config = ModelConfig(
+        d_model=32,
+        num_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        max_positions=64,
+        norm=norm,
+        num_kv_heads=kv_heads,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=2, tie_embeddings=tie),
+    )
     torch.manual_seed(1)
     model = build_model(config, len(src), len(tgt))
     with torch.no_grad():

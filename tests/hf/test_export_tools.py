@@ -22,7 +22,7 @@ import torch
 
 import heedful
 from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import EOS_ID, CharTokenizer, SentencePieceTokenizer
 from heedful.hf.export import export_huggingface
 from heedful.inference.translator import Translator
@@ -63,12 +63,11 @@ def pre_norm_sentencepiece(root: Path) -> Path:
     config = ModelConfig(
         d_model=32,
         num_heads=4,
-        encoder_layers=2,
-        decoder_layers=2,
         d_ff=64,
         dropout=0.0,
-        tie_embeddings=True,
         norm="pre",
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=2, tie_embeddings=True),
     )
     model = random_model(config, len(tokenizer), len(tokenizer))
     return save_model_dir(root, model, config, tokenizer, tokenizer, SEARCH, ("en", "de"))
@@ -80,7 +79,12 @@ def post_norm_characters(root: Path) -> Path:
     src = CharTokenizer.train([*TEXTS, "xyz"])
     tgt = CharTokenizer.train([*(t.upper()[::-1] for t in TEXTS), "Q"])
     config = ModelConfig(
-        d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64, dropout=0.0
+        d_model=32,
+        num_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=2),
     )
     model = random_model(config, len(src), len(tgt))
     return save_model_dir(root, model, config, src, tgt, DEMO_SEARCH, ("dates", "iso"))
@@ -200,12 +204,11 @@ def test_a_multilingual_model_keeps_its_target_tokens_and_pairs(tmp_path):
     config = ModelConfig(
         d_model=16,
         num_heads=2,
-        encoder_layers=1,
-        decoder_layers=1,
         d_ff=32,
         dropout=0.0,
         norm="pre",
-        tie_embeddings=True,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1, tie_embeddings=True),
     )
     pairs = (("en", "de"), ("en", "fr"))
     model = random_model(config, len(tokenizer), len(tokenizer))

@@ -199,13 +199,18 @@ def heedful_model(**options):
 
 def learned_positions(tmp_path, hf_dirs):
     from heedful.checkpoint.model_dir import save_model_dir
-    from heedful.config import ModelConfig
+    from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
     from heedful.data.tokenizers import CharTokenizer
     from heedful.models.build import build_model
 
     tokenizer = CharTokenizer.train(["abc"])
     config = ModelConfig(
-        d_model=8, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16, positional="learned"
+        d_model=8,
+        num_heads=2,
+        d_ff=16,
+        positional="learned",
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1),
     )
     model = build_model(config, len(tokenizer), len(tokenizer))
     return save_model_dir(tmp_path / "chars", model, config, tokenizer, tokenizer)
@@ -213,14 +218,20 @@ def learned_positions(tmp_path, hf_dirs):
 
 def bpe_model(tmp_path, hf_dirs):
     from heedful.checkpoint.model_dir import save_model_dir
-    from heedful.config import ModelConfig
+    from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
     from heedful.data.tokenizers import SentencePieceTokenizer
     from heedful.models.build import build_model
 
     from .builders import TEXTS
 
     tokenizer = SentencePieceTokenizer.train(TEXTS * 20, vocab_size=40, model_type="bpe")
-    config = ModelConfig(d_model=8, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=16)
+    config = ModelConfig(
+        d_model=8,
+        num_heads=2,
+        d_ff=16,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1),
+    )
     model = build_model(config, len(tokenizer), len(tokenizer))
     return save_model_dir(tmp_path / "bpe", model, config, tokenizer, tokenizer)
 

@@ -3,34 +3,49 @@
 import pytest
 import torch
 
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.models.build import build_model
 
 SRC_V, TGT_V = 23, 17
 
 VARIANTS = {
     "transformer-post": ModelConfig(
-        d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64
+        d_model=32,
+        num_heads=4,
+        d_ff=64,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=2),
     ),
     "transformer-pre-learned-tied": ModelConfig(
         d_model=32,
         num_heads=2,
-        encoder_layers=1,
-        decoder_layers=2,
         d_ff=64,
         norm="pre",
         positional="learned",
-        tie_embeddings=True,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=2, tie_embeddings=True),
     ),
     # grouped-query attention (2 key/value heads for 4 heads) and multi-query (1), pre-norm
     "transformer-gqa": ModelConfig(
-        d_model=32, num_heads=4, num_kv_heads=2, encoder_layers=2, decoder_layers=2, d_ff=64
+        d_model=32,
+        num_heads=4,
+        num_kv_heads=2,
+        d_ff=64,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=2),
     ),
     "transformer-mqa-pre": ModelConfig(
-        d_model=32, num_heads=4, num_kv_heads=1, encoder_layers=1, d_ff=64, norm="pre"
+        d_model=32,
+        num_heads=4,
+        num_kv_heads=1,
+        d_ff=64,
+        norm="pre",
+        encoder=TextEncoderConfig(layers=1),
     ),
     **{
-        f"rnn-{a}": ModelConfig(arch="rnn", d_model=16, hidden_size=32, attention=a)
+        f"rnn-{a}": ModelConfig(
+            arch="rnn", d_model=16, hidden_size=32, decoder=DecoderConfig(attention=a)
+        )
         for a in ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat")
     },
     "rnn-lstm-2layer-feeding": ModelConfig(
@@ -39,10 +54,11 @@ VARIANTS = {
         d_model=16,
         hidden_size=32,
         rnn_layers=2,
-        input_feeding=True,
-        attention="luong-general",
+        decoder=DecoderConfig(input_feeding=True, attention="luong-general"),
     ),
-    "rnn-unidirectional": ModelConfig(arch="rnn", d_model=16, hidden_size=32, bidirectional=False),
+    "rnn-unidirectional": ModelConfig(
+        arch="rnn", d_model=16, hidden_size=32, encoder=TextEncoderConfig(bidirectional=False)
+    ),
 }
 
 
@@ -115,7 +131,7 @@ def test_attention_maps_are_distributions_over_real_tokens(name):
     src, tgt = batch()
     with torch.no_grad():
         out = model(src, tgt, need_weights=True)
-    if VARIANTS[name].arch == "rnn" and VARIANTS[name].attention == "none":
+    if VARIANTS[name].arch == "rnn" and VARIANTS[name].decoder.attention == "none":
         maps = out.attention  # no attention: only h_t, the state the bottleneck passes on
         assert maps.cross is None and maps.scores is None and maps.contexts is None
         assert maps.decoder_states.shape[:2] == (3, 5)
@@ -126,8 +142,8 @@ def test_attention_maps_are_distributions_over_real_tokens(name):
     assert (cross[0, ..., 5:] == 0).all()  # padded source positions get exactly zero
     if VARIANTS[name].arch == "transformer":
         config = VARIANTS[name]
-        assert cross.shape[1:3] == (config.decoder_layers, config.num_heads)
-        assert out.attention.encoder.shape == (3, config.encoder_layers, config.num_heads, 7, 7)
+        assert cross.shape[1:3] == (config.decoder.layers, config.num_heads)
+        assert out.attention.encoder.shape == (3, config.encoder.layers, config.num_heads, 7, 7)
         dec = out.attention.decoder  # (B, L, H, T, T): causal
         assert (dec.triu(diagonal=1) == 0).all()
         torch.testing.assert_close(dec.sum(-1), torch.ones_like(dec.sum(-1)))
@@ -174,8 +190,8 @@ def test_bad_model_configs_name_the_problem():
 
     with pytest.raises(ConfigError, match="divisible by model.num_heads"):
         ModelConfig(d_model=30, num_heads=4)
-    with pytest.raises(ConfigError, match="model.attention"):
-        ModelConfig(arch="rnn", attention="luong-magic")
+    with pytest.raises(ConfigError, match="model.decoder.attention: 'luong-magic'"):
+        ModelConfig(arch="rnn", decoder=DecoderConfig(attention="luong-magic"))
     from heedful.models.transformer import transformer
 
     with pytest.raises(ValueError, match="divisible by num_heads"):

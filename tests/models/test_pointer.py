@@ -4,23 +4,39 @@ reference, step-by-step decoding against teacher forcing, and the errors of a ba
 import pytest
 import torch
 
-from heedful.config import Config, ConfigError, DataConfig, ModelConfig
+from heedful.config import (
+    Config,
+    ConfigError,
+    DataConfig,
+    DecoderConfig,
+    ModelConfig,
+    SourceConfig,
+)
 from heedful.models.build import build_model
 from heedful.models.pointer import copy_distribution, pointer_mixture
 
 V = 19  # one vocabulary for both sides
 
 VARIANTS = {
-    "bahdanau": ModelConfig(arch="rnn", d_model=16, hidden_size=32, copy=True, dropout=0.0),
+    "bahdanau": ModelConfig(
+        arch="rnn", d_model=16, hidden_size=32, dropout=0.0, decoder=DecoderConfig(copy=True)
+    ),
     "luong-general-lstm-feeding": ModelConfig(
-        arch="rnn", d_model=16, hidden_size=32, rnn_cell="lstm", attention="luong-general",
-        input_feeding=True, copy=True, dropout=0.0,
+        arch="rnn",
+        d_model=16,
+        hidden_size=32,
+        rnn_cell="lstm",
+        dropout=0.0,
+        decoder=DecoderConfig(attention="luong-general", input_feeding=True, copy=True),
     ),
     "luong-local-p": ModelConfig(
-        arch="rnn", d_model=16, hidden_size=32, attention="luong-local-p", local_window=2,
-        copy=True, dropout=0.0,
+        arch="rnn",
+        d_model=16,
+        hidden_size=32,
+        dropout=0.0,
+        decoder=DecoderConfig(attention="luong-local-p", local_window=2, copy=True),
     ),
-}  # fmt: skip
+}
 
 
 def batch(seed=1, b=3, s=7, t=5):
@@ -131,16 +147,20 @@ def test_a_copy_task_trains_through_the_gate():
 
 
 def test_a_setup_that_cannot_copy_is_named():
-    with pytest.raises(ConfigError, match="model.copy: the pointer-generator copies with attent"):
-        ModelConfig(arch="rnn", attention="none", copy=True)
-    with pytest.raises(ConfigError, match="model.copy needs one vocabulary.*joint_vocab: true"):
-        Config(data=DataConfig(joint_vocab=False), model=ModelConfig(arch="rnn", copy=True))
-    given = DataConfig(src_tokenizer="a/tokenizer.src", tgt_tokenizer="a/tokenizer.tgt")
+    with pytest.raises(ConfigError, match="model.decoder.copy: the pointer-generator copies"):
+        ModelConfig(arch="rnn", decoder=DecoderConfig(attention="none", copy=True))
+    with pytest.raises(ConfigError, match="model.decoder.copy needs one vocabulary.*joint_voc"):
+        Config(
+            data=DataConfig(joint_vocab=False),
+            model=ModelConfig(arch="rnn", decoder=DecoderConfig(copy=True)),
+        )
+    source = SourceConfig(tokenizer="a/tokenizer.src")
+    given = DataConfig(tgt_tokenizer="a/tokenizer.tgt", source=source)
     with pytest.raises(ConfigError, match="name one tokenizer file as both"):
-        Config(data=given, model=ModelConfig(arch="rnn", copy=True))
+        Config(data=given, model=ModelConfig(arch="rnn", decoder=DecoderConfig(copy=True)))
     with pytest.raises(ValueError, match="vocabularies of 23 and 19"):
         build_model(VARIANTS["bahdanau"], 23, 19)
-    assert "copy" not in ModelConfig(arch="rnn").used()  # old model directories stay the same
+    assert ModelConfig(arch="rnn").used()["decoder"]["copy"] is False  # what it reads, listed
 
 
 def test_a_model_directory_whose_sides_differ_is_refused(tmp_path):
@@ -148,10 +168,10 @@ def test_a_model_directory_whose_sides_differ_is_refused(tmp_path):
     from heedful.checkpoint.model_dir import CheckpointError, load_model_dir, save_model_dir
     from heedful.data.tokenizers import CharTokenizer
 
-    config = ModelConfig(arch="rnn", d_model=8, hidden_size=8, copy=True)
+    config = ModelConfig(arch="rnn", d_model=8, hidden_size=8, decoder=DecoderConfig(copy=True))
     same, other = CharTokenizer("abcdef"), CharTokenizer("uvwxyz")
     model = build_model(config, len(same), len(same))
     assert load_model_dir(save_model_dir(tmp_path / "ok", model, config, same, same)).model
     save_model_dir(tmp_path / "bad", model, config, same, other)
-    with pytest.raises(CheckpointError, match="model.copy needs one vocabulary, but tokenizer"):
+    with pytest.raises(CheckpointError, match="model.decoder.copy needs one vocabulary, but"):
         load_model_dir(tmp_path / "bad")

@@ -164,7 +164,7 @@ ARCHS = {  # the decoders' smallest settings
 
 def _experiment_model(tmp_path, arch, overrides):
     """The model `heedful train` starts from (captions_experiment._model): built with the
-    run's seed, then the backbone's weights from model.encoder_weights when given."""
+    run's seed, then the backbone's weights from model.encoder.weights when given."""
     from heedful.config import load_config
     from heedful.data.images import ImageTransform
     from heedful.training.captions_task import _model
@@ -237,7 +237,7 @@ def _reshaped(key, shape):
 
 
 # Weights files that do not fit a torchvision:resnet18 encoder: (what the file holds, how it is
-# written, the VisionError's words). Every message names model.encoder_weights and the file.
+# written, the VisionError's words). Every message names model.encoder.weights and the file.
 BAD_WEIGHTS = {
     "another-family": (lambda: _classifier("mobilenet_v3_small", 5).state_dict(), "st",
                        "does not fit the backbone (missing ['bn1.bias'"),
@@ -271,7 +271,7 @@ def test_a_weights_file_that_does_not_fit_is_refused_by_name(tmp_path, case):
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     encoder = BackboneEncoder(*torchvision_trunk("resnet18"), d_model=16)
     before = {k: v.clone() for k, v in encoder.trunk.state_dict().items()}
-    with pytest.raises(VisionError, match="model.encoder_weights") as error:
+    with pytest.raises(VisionError, match="model.encoder.weights") as error:
         load_backbone_weights(encoder, path)
     assert words in str(error.value) and str(path) in str(error.value)
     for key, value in encoder.trunk.state_dict().items():  # refused before one tensor is copied
@@ -287,7 +287,7 @@ def test_a_deeper_network_of_the_same_family_is_refused(tmp_path, deeper, smalle
     torch.save(_classifier(deeper, seed=5).state_dict(), tmp_path / "w.pth")
     encoder = BackboneEncoder(*torchvision_trunk(smaller), d_model=16)
     before = {k: v.clone() for k, v in encoder.trunk.state_dict().items()}
-    with pytest.raises(VisionError, match="model.encoder_weights"):
+    with pytest.raises(VisionError, match="model.encoder.weights"):
         load_backbone_weights(encoder, tmp_path / "w.pth")
     for key, value in encoder.trunk.state_dict().items():
         assert torch.equal(value, before[key]), key
@@ -329,7 +329,7 @@ generation: {{num_beams: 1, max_len_ratio: 0.0, max_len_offset: 12}}
     straight = train_from_config(config, tmp_path / "straight", **quiet)
     assert resumed.steps == straight.steps == 4
     loaded = load_model_dir(tmp_path / "run" / "latest")
-    assert loaded.model_config.encoder == "torchvision:resnet18"
+    assert loaded.model_config.encoder.kind == "torchvision:resnet18"
     a, b = loaded.model.state_dict(), load_model_dir(tmp_path / "straight" / "latest")
     b = b.model.state_dict()
     assert any(k.endswith("running_mean") for k in a)  # BatchNorm's statistics are saved

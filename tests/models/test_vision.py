@@ -7,12 +7,20 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 from torch import nn
 
-from heedful.config import ConfigError, ModelConfig
+from heedful.config import (
+    CNNEncoderConfig,
+    ConfigError,
+    DecoderConfig,
+    ModelConfig,
+    ViTEncoderConfig,
+    read_model,
+)
 from heedful.models.build import build_model
 from heedful.models.encoder_decoder import attention_penalty
 from heedful.models.pretrained import load_backbone_weights
@@ -26,41 +34,44 @@ from heedful.models.vision import (
     torchvision_trunk,
 )
 
-CNN = dict(encoder="cnn", image_size=32, cnn_channels=8, cnn_blocks=2, dropout=0.0)
+CNN = CNNEncoderConfig(image_size=32, channels=8, blocks=2)
 CONFIGS = {
-    "cnn-transformer": ModelConfig(d_model=16, num_heads=2, decoder_layers=2, d_ff=32, **CNN),
-    "cnn-rnn-bahdanau": ModelConfig(arch="rnn", d_model=8, hidden_size=16, **CNN),
+    "cnn-transformer": ModelConfig(
+        d_model=16, num_heads=2, d_ff=32, dropout=0.0, encoder=CNN, decoder=DecoderConfig(layers=2)
+    ),
+    "cnn-rnn-bahdanau": ModelConfig(
+        arch="rnn", d_model=8, hidden_size=16, dropout=0.0, encoder=CNN
+    ),
     "cnn-coords-layers-transformer": ModelConfig(
         d_model=16,
         num_heads=2,
-        decoder_layers=1,
         d_ff=32,
+        dropout=0.0,
         norm="pre",
-        cnn_coords=True,
-        cnn_layers=1,
-        **CNN,
-    ),  # fmt: skip
-    "cnn-coords-rnn": ModelConfig(arch="rnn", d_model=8, hidden_size=16, cnn_coords=True, **CNN),
+        encoder=replace(CNN, coords=True, layers=1),
+        decoder=DecoderConfig(layers=1),
+    ),
+    "cnn-coords-rnn": ModelConfig(
+        arch="rnn", d_model=8, hidden_size=16, dropout=0.0, encoder=replace(CNN, coords=True)
+    ),
     "cnn-rnn-luong-lstm": ModelConfig(
         arch="rnn",
         d_model=8,
         hidden_size=16,
-        attention="luong-general",
+        dropout=0.0,
         rnn_cell="lstm",
         rnn_layers=2,
-        **CNN,
-    ),  # fmt: skip
+        encoder=CNN,
+        decoder=DecoderConfig(attention="luong-general"),
+    ),
     "vit-transformer": ModelConfig(
-        encoder="vit",
-        image_size=32,
-        patch_size=8,
         d_model=16,
         num_heads=2,
-        encoder_layers=2,
-        decoder_layers=1,
         d_ff=32,
         dropout=0.0,
         norm="pre",
+        encoder=ViTEncoderConfig(image_size=32, patch_size=8, layers=2),
+        decoder=DecoderConfig(layers=1),
     ),  # fmt: skip
 }
 
@@ -209,9 +220,9 @@ def test_the_rnn_decoder_starts_from_the_mean_region():
 @pytest.mark.parametrize("name", ["cnn-rnn-bahdanau", "cnn-transformer"])
 def test_the_penalty_is_added_while_training_only(name):
     torch.manual_seed(0)
-    model = build_model(
-        CONFIGS[name].__class__(**{**vars(CONFIGS[name]), "attention_penalty": 0.5}), 4, 11
-    )
+    config = CONFIGS[name]
+    penalised = replace(config, decoder=replace(config.decoder, attention_penalty=0.5))
+    model = build_model(penalised, 4, 11)
     images, tgt_in = torch.randn(2, 3, 32, 32), torch.randint(4, 11, (2, 5))
     tgt_in[1, 3:] = 0  # padding: those steps do not count
     out = model.train()(images, tgt_in)
@@ -299,23 +310,85 @@ BAD_CONFIGS = {
         dict(encoder="cnn", arch="rnn", attention="none", attention_penalty=1.0),
         "has none",
     ),
+    # the flat keys that became one, model.encoder.layers: each is read by its own kinds
+    "encoder-layers-of-a-cnn": (
+        dict(encoder="cnn", encoder_layers=3),
+        "model.encoder_layers: only model.encoder text / vit uses it",
+    ),
+    "cnn-layers-of-a-vit": (
+        dict(encoder="vit", cnn_layers=1),
+        "model.cnn_layers: only model.encoder cnn",
+    ),
+    # the sections (issue 27, item 6): the same mistakes, named by their nested paths
+    "nested-unknown-kind": (
+        dict(encoder={"kind": "pixels"}),
+        "model.encoder.kind: 'pixels' is not one of",
+    ),
+    "nested-kind-a-number": (dict(encoder={"kind": 3}), "model.encoder.kind: expected str"),
+    "nested-encoder-a-string-beside-a-section": (
+        dict(encoder="cnn", decoder=3),
+        "model.decoder: expected a mapping",
+    ),
+    "nested-zero-image-size": (
+        dict(encoder={"kind": "cnn", "image_size": 0}),
+        "model.encoder.image_size: must be > 0",
+    ),
+    "nested-negative-cnn-layers": (
+        dict(encoder={"kind": "cnn", "layers": -1}),
+        "model.encoder.layers: must be a whole number >= 0",
+    ),
+    "nested-string-coords": (
+        dict(encoder={"kind": "cnn", "coords": "yes"}),
+        "model.encoder.coords: expected true or false",
+    ),
+    "nested-patch-of-a-cnn": (
+        dict(encoder={"kind": "cnn", "patch_size": 4}),
+        "model.encoder.patch_size: only model.encoder.kind vit uses it, this one is cnn",
+    ),
+    "nested-freeze-a-vit": (
+        dict(encoder={"kind": "vit", "freeze": True}),
+        "model.encoder.freeze: a ViT's patch embedding",
+    ),
+    "nested-weights-of-a-text-model": (
+        dict(encoder={"weights": "w.pt"}),
+        "model.encoder.weights: only model.encoder.kind torchvision:<name> uses it",
+    ),
+    "nested-penalty-of-a-text-model": (
+        dict(decoder={"attention_penalty": 1.0}),
+        "model.decoder.attention_penalty: only model.encoder.kind cnn / vit",
+    ),
+    "nested-cnn-layers-under-rnn": (
+        dict(arch="rnn", encoder={"kind": "cnn", "layers": 1}),
+        "model.encoder.layers: the CNN's encoder layers .* only arch transformer reads",
+    ),
+    "nested-copy-from-an-image": (
+        dict(arch="rnn", encoder={"kind": "cnn"}, decoder={"copy": True}),
+        "model.decoder.copy: a caption cannot copy",
+    ),
+    # a key given flat and nested at once
+    "clash-flat-and-nested": (
+        dict(encoder={"kind": "cnn", "blocks": 2}, cnn_blocks=3),
+        "model.cnn_blocks and model.encoder.blocks: one key given twice",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", BAD_CONFIGS)
 def test_bad_image_configs_name_the_key(case):
+    """Read as a model directory's config.json is (flat or nested, config/flat.py)."""
     fields, message = BAD_CONFIGS[case]
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-        ModelConfig(**fields)
+        read_model(fields)
 
 
 def test_image_keys_of_a_text_model_are_errors_and_left_out_of_its_directory():
-    from heedful.config import from_dict
-
     with pytest.raises(ConfigError, match="model.attention_penalty: only model.encoder"):
-        from_dict(ModelConfig, {"attention_penalty": 1.0}, prefix="model.")
+        read_model({"attention_penalty": 1.0})
     with pytest.raises(ConfigError, match="model.patch_size: only model.encoder vit"):
-        from_dict(ModelConfig, {"encoder": "cnn", "patch_size": 4}, prefix="model.")
+        read_model({"encoder": "cnn", "patch_size": 4})
     text = ModelConfig().used()
-    assert not {"encoder", "image_size", "attention_penalty", "patch_size"} & set(text)
-    assert {"encoder", "image_size", "cnn_blocks"} <= set(ModelConfig(**CNN).used())
+    assert text["encoder"] == {"kind": "text", "layers": 2}  # nor its decoder's penalty
+    assert text["decoder"] == {"layers": 2, "tie_embeddings": False}
+    cnn = ModelConfig(encoder=CNN).used()
+    assert cnn["encoder"] == {**asdict(CNN), "kind": "cnn"}  # every key of a CNN
+    assert cnn["decoder"]["attention_penalty"] == 0.0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import DecoderConfig, GenerationConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenizer
 from heedful.inference.translator import Translator
 from heedful.models.build import build_model
@@ -23,7 +23,12 @@ def model_dir(tmp_path_factory) -> Path:
 
     tokenizer = CharTokenizer.train(["abcdefghijklmnopqrstuvwxyz ABC.,"])
     config = ModelConfig(
-        d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32, dropout=0.0
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        dropout=0.0,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1),
     )
     torch.manual_seed(0)
     model = build_model(config, len(tokenizer), len(tokenizer))

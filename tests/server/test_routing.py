@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from heedful.checkpoint.model_dir import save_model_dir
 from heedful.cli import main
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import DecoderConfig, GenerationConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenizer
 from heedful.inference.translator import Translator
 from heedful.models.build import build_model
@@ -32,7 +32,12 @@ def tiny_model(path: Path, languages, seed: int, pairs=None) -> Path:
     source = CharTokenizer.train([LETTERS], symbols=symbols)
     target = CharTokenizer.train([LETTERS])
     config = ModelConfig(
-        d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32, dropout=0.0
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        dropout=0.0,
+        encoder=TextEncoderConfig(layers=1),
+        decoder=DecoderConfig(layers=1),
     )
     torch.manual_seed(seed)
     model = build_model(config, len(source), len(target))

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import DecoderConfig, GenerationConfig, ModelConfig, TextEncoderConfig
 from heedful.data.sources import TextSource
 from heedful.data.tokenizers import CharTokenizer
 from heedful.inference.runtime import engine_type
@@ -133,7 +133,13 @@ def tiny_translator(config: ModelConfig) -> Translator:
 @pytest.mark.parametrize(
     "config",
     [
-        ModelConfig(d_model=16, num_heads=2, encoder_layers=2, decoder_layers=1, d_ff=16),
+        ModelConfig(
+            d_model=16,
+            num_heads=2,
+            d_ff=16,
+            encoder=TextEncoderConfig(layers=2),
+            decoder=DecoderConfig(layers=1),
+        ),
         ModelConfig(arch="rnn", d_model=8, hidden_size=16),
     ],
     ids=["transformer", "rnn"],

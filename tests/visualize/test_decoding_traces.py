@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import DecoderConfig, GenerationConfig, ModelConfig
 from heedful.data.tokenizers import CharTokenizer
 from heedful.inference.translator import Translator, load_ensemble
 from heedful.models.build import build_model
@@ -28,7 +28,11 @@ def local_translator(attention: str = "luong-local-p") -> Translator:
     torch.manual_seed(0)
     tokenizer = CharTokenizer("abcdefgh")
     config = ModelConfig(
-        arch="rnn", d_model=8, hidden_size=16, dropout=0.0, attention=attention, local_window=2
+        arch="rnn",
+        d_model=8,
+        hidden_size=16,
+        dropout=0.0,
+        decoder=DecoderConfig(attention=attention, local_window=2),
     )
     model = build_model(config, len(tokenizer), len(tokenizer))
     model.config = config

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from heedful.checkpoint.model_dir import GenerationConfig
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import BOS_ID, PAD_ID, UNK_ID, CharTokenizer
 from heedful.inference.translator import Translator
 from heedful.models.build import build_model
@@ -17,10 +17,17 @@ from heedful.visualize.trace import Trace, TraceHypothesis, build_trace
 TOKENIZER = CharTokenizer("abcdefghij -")
 MODELS = {
     "transformer": ModelConfig(
-        d_model=16, num_heads=2, encoder_layers=2, decoder_layers=3, d_ff=32, dropout=0.0
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        dropout=0.0,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=3),
     ),
     "rnn-bahdanau": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0),
-    "rnn-none": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0, attention="none"),
+    "rnn-none": ModelConfig(
+        arch="rnn", d_model=8, hidden_size=16, dropout=0.0, decoder=DecoderConfig(attention="none")
+    ),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from heedful.checkpoint.model_dir import GenerationConfig
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenizer
 from heedful.inference.translator import Translator
 from heedful.layers.scores import SCORES
@@ -23,11 +23,20 @@ TOKENIZER = CharTokenizer("abcdefghij -")
 SENTENCE = "abc defg"
 MODELS = {
     "transformer": ModelConfig(
-        d_model=16, num_heads=2, encoder_layers=2, decoder_layers=3, d_ff=32, dropout=0.0
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        dropout=0.0,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=3),
     ),
     "rnn-bahdanau": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0),
     "rnn-luong-general": ModelConfig(
-        arch="rnn", d_model=8, hidden_size=16, dropout=0.0, attention="luong-general"
+        arch="rnn",
+        d_model=8,
+        hidden_size=16,
+        dropout=0.0,
+        decoder=DecoderConfig(attention="luong-general"),
     ),
     "rnn-lstm-feeding": ModelConfig(
         arch="rnn",
@@ -35,11 +44,14 @@ MODELS = {
         d_model=8,
         hidden_size=16,
         dropout=0.0,
-        attention="luong-dot",
-        input_feeding=True,
+        decoder=DecoderConfig(attention="luong-dot", input_feeding=True),
     ),
-    "rnn-none": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0, attention="none"),
-    "rnn-copy": ModelConfig(arch="rnn", d_model=8, hidden_size=16, dropout=0.0, copy=True),
+    "rnn-none": ModelConfig(
+        arch="rnn", d_model=8, hidden_size=16, dropout=0.0, decoder=DecoderConfig(attention="none")
+    ),
+    "rnn-copy": ModelConfig(
+        arch="rnn", d_model=8, hidden_size=16, dropout=0.0, decoder=DecoderConfig(copy=True)
+    ),
 }
 WITH_ATTENTION = [name for name in MODELS if name != "rnn-none"]
 
@@ -85,24 +97,25 @@ def test_every_row_is_a_distribution_and_shapes_follow_the_schema(name, beams):
     trace = build_trace(translator(name), SENTENCE, num_beams=beams, n_best=min(beams, 2))
     config = MODELS[name]
     transformer = config.arch == "transformer"
-    layers, heads = (config.decoder_layers, config.num_heads) if transformer else (1, 1)
-    scored = not transformer and config.attention != "none"
+    decoder = config.decoder
+    layers, heads = (decoder.layers, config.num_heads) if transformer else (1, 1)
+    scored = not transformer and decoder.attention != "none"
     assert trace.model == {
         "arch": config.arch,
-        "attention": "multi-head" if transformer else config.attention,
-        "encoder_layers": config.encoder_layers if transformer else 1,
+        "attention": "multi-head" if transformer else decoder.attention,
+        "encoder_layers": config.encoder.layers if transformer else 1,
         "decoder_layers": layers,
         "heads": heads,
-        **({"copy": True} if config.copy else {}),  # the pointer-generator's only
+        **({"copy": True} if decoder.copy else {}),  # the pointer-generator's only
         # an RNN score's formula and form, for the viewer's calculation (scores.py)
-        **({"score": SCORES[config.attention].describe(config.hidden_size)} if scored else {}),
+        **({"score": SCORES[decoder.attention].describe(config.hidden_size)} if scored else {}),
     }
     assert trace.source == SENTENCE and trace.source_tokens == list(SENTENCE)
     assert len(trace.hypotheses) == min(beams, 2)
     s = len(SENTENCE)
     if transformer:
         enc = np.asarray(trace.encoder_self_attention)
-        assert enc.shape == (config.encoder_layers, heads, s, s)
+        assert enc.shape == (config.encoder.layers, heads, s, s)
         assert_distributions(enc, "encoder self-attention")
     else:
         assert trace.encoder_self_attention is None

@@ -65,7 +65,7 @@ def test_the_step_calculation_names_the_mixture(chromium, tmp_path):
     pointer-generator's mixture with this step's p_gen, and its tokens the trace's top_k."""
     import torch
 
-    from heedful.config import GenerationConfig, ModelConfig
+    from heedful.config import DecoderConfig, GenerationConfig, ModelConfig
     from heedful.data.tokenizers import CharTokenizer
     from heedful.inference.translator import Translator
     from heedful.models.build import build_model
@@ -73,8 +73,11 @@ def test_the_step_calculation_names_the_mixture(chromium, tmp_path):
 
     tokenizer = CharTokenizer("abcdefgh")
     torch.manual_seed(0)
-    model = build_model(ModelConfig(arch="rnn", d_model=8, hidden_size=16, copy=True),
-                        len(tokenizer), len(tokenizer)).eval()  # fmt: skip
+    model = build_model(
+        ModelConfig(arch="rnn", d_model=8, hidden_size=16, decoder=DecoderConfig(copy=True)),
+        len(tokenizer),
+        len(tokenizer),
+    ).eval()
     generation = GenerationConfig(num_beams=1, max_len_ratio=0, max_len_offset=4)
     trace = build_trace(Translator(model, tokenizer, tokenizer, generation), "abcd").to_dict()
     p_gen = trace["hypotheses"][0]["rnn"]["p_gen"]

@@ -9,7 +9,7 @@ import pytest
 from conftest import LETTERS, train_reverse
 
 from heedful.checkpoint.model_dir import GenerationConfig, save_model_dir
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import CharTokenizer
 from heedful.inference.translator import Translator
 from heedful.visualize.trace import build_trace
@@ -23,7 +23,7 @@ __all__ = ["chromium", "traces"]  # fixtures
 @pytest.fixture(scope="module")
 def gqa_trace(tmp_path_factory) -> dict:
     tokenizer = CharTokenizer.train([LETTERS])
-    layers = dict(encoder_layers=1, decoder_layers=2)
+    layers = dict(encoder=TextEncoderConfig(layers=1), decoder=DecoderConfig(layers=2))
     config = ModelConfig(d_model=32, num_heads=4, num_kv_heads=2, d_ff=64, dropout=0.0, **layers)
     model = train_reverse(config, tokenizer, steps=100)
     generation = GenerationConfig(num_beams=1, max_len_ratio=1.5, max_len_offset=4)

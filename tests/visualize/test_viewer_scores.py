@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from heedful.config import GenerationConfig, ModelConfig
+from heedful.config import DecoderConfig, GenerationConfig, ModelConfig
 from heedful.data.tokenizers import CharTokenizer
 from heedful.inference.translator import Translator
 from heedful.layers.scores import SCORES
@@ -26,7 +26,11 @@ def tiny(name: str) -> Translator:
     torch.manual_seed(0)
     tokenizer = CharTokenizer("abcdefgh")
     config = ModelConfig(
-        arch="rnn", d_model=8, hidden_size=16, dropout=0.0, attention=name, local_window=WINDOW
+        arch="rnn",
+        d_model=8,
+        hidden_size=16,
+        dropout=0.0,
+        decoder=DecoderConfig(attention=name, local_window=WINDOW),
     )
     model = build_model(config, len(tokenizer), len(tokenizer))
     return Translator(model, tokenizer, tokenizer, GenerationConfig(max_len_offset=3))

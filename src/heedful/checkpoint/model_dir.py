@@ -31,7 +31,8 @@ from torch import nn
 from heedful.checkpoint.slots import load_side, load_source, reads_images, text_tokenizer
 from heedful.checkpoint.status import STATUS_FILE, read_status, write_status
 from heedful.checkpoint.weights import check_computed_buffers, check_weights, load_weights
-from heedful.config import ConfigError, GenerationConfig, ModelConfig, from_dict
+from heedful.config import ConfigError, GenerationConfig, ModelConfig, from_dict, read_model
+from heedful.config.flat import kind_of
 from heedful.data.languages import check_symbols, model_pairs
 from heedful.data.sources import IMAGE_SLOT, TEXT_SLOT, ImageSource, TextSource, as_source
 from heedful.data.tokenizers import SPECIALS
@@ -172,9 +173,8 @@ def source_kind(directory: str | Path) -> str:
     """What a model directory reads, from its config.json alone: "image" for a heedful image
     model, "text" for any other directory, an unreadable one included (loading names it)."""
     meta = heedful_config(Path(directory))
-    model = meta.get("model") if meta is not None else None
-    reads = isinstance(model, dict) and model.get("encoder", "text") != "text"
-    return "image" if reads else "text"
+    kind = kind_of(meta.get("model")) if meta is not None else None  # flat or nested
+    return "image" if kind not in (None, "text") else "text"
 
 
 def read_model_config(directory: Path) -> tuple[dict, ModelConfig]:
@@ -207,14 +207,15 @@ def read_model_config(directory: Path) -> tuple[dict, ModelConfig]:
         )
     if not isinstance(meta.get("model"), dict):
         raise CheckpointError(f"{path}: field model must be an object of model settings")
-    try:
-        config = from_dict(ModelConfig, meta["model"], prefix="model.")
+    try:  # the sections, or the flat keys of an earlier heedful (config/flat.py)
+        config = read_model(meta["model"])
     except ConfigError as error:
         raise CheckpointError(f"{path}: {error}") from None
-    for field in fields(config):
-        if type(getattr(config, field.name)) is int:
-            least = 0 if field.name == "cnn_layers" else 1  # a CNN may have no encoder layers
-            _check_size(path, f"model.{field.name}", getattr(config, field.name), least)
+    for prefix, part in (("", config), ("encoder.", config.encoder), ("decoder.", config.decoder)):
+        for field in fields(part):
+            if type(getattr(part, field.name)) is int:
+                least = 0 if field.default == 0 else 1  # a CNN's encoder layers (0 by default)
+                _check_size(path, f"model.{prefix}{field.name}", getattr(part, field.name), least)
     for name in ("src_vocab_size", "tgt_vocab_size"):  # an image model's source has none
         if name in meta or not (name == "src_vocab_size" and reads_images(config)):
             _check_size(path, name, meta.get(name), len(SPECIALS))
@@ -270,7 +271,7 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     _check_weights_file(directory / "model.safetensors")  # an export: say so
     check_weights(skeleton, directory / "model.safetensors")
     check_computed_buffers(skeleton, directory / "config.json")
-    source = load_source(directory, meta)
+    source = load_source(directory, meta, model_config)
     tgt_tokenizer = load_side(directory / "tokenizer.tgt", "tgt_vocab_size", meta)
     pairs, tokens = model_pairs(meta, directory / "config.json")
     if source.kind == "text":
@@ -296,10 +297,10 @@ def _check_text_source(directory: Path, config: ModelConfig, source: TextSource,
     """A copying model's one vocabulary; a multilingual model's target tokens, each one
     symbol of tokenizer.src."""
     sides = (directory / TEXT_SLOT, directory / "tokenizer.tgt")
-    if config.copy and len({path.read_bytes() for path in sides}) > 1:
+    if config.decoder.copy and len({path.read_bytes() for path in sides}) > 1:
         raise CheckpointError(  # the pointer-generator's source ids are its output ids
-            f"{directory}: model.copy needs one vocabulary, but tokenizer.src and tokenizer.tgt "
-            "differ"
+            f"{directory}: model.decoder.copy needs one vocabulary, but tokenizer.src and "
+            "tokenizer.tgt differ"
         )
     try:  # a multilingual model reads each target token as one symbol of tokenizer.src
         check_symbols(source.tokenizer, pairs, directory / TEXT_SLOT)

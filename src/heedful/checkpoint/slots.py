@@ -25,8 +25,8 @@ from heedful.io import CheckpointError, regular_file
 
 
 def reads_images(config: ModelConfig) -> bool:
-    """Whether a model's encoder reads pictures (model.encoder cnn, vit, torchvision:...)."""
-    return config.encoder != "text"
+    """Whether a model's encoder reads pictures (model.encoder.kind cnn, vit, torchvision:...)."""
+    return config.encoder.kind != "text"
 
 
 def text_tokenizer(source):
@@ -37,32 +37,32 @@ def text_tokenizer(source):
     return source.tokenizer
 
 
-def load_source(directory: Path, meta: dict) -> TextSource | ImageSource:
-    """The source side of a model directory, by what config.json's model reads (`meta` checked
-    by read_model_config): a text model's tokenizer (tokenizer.src, checked against
+def load_source(directory: Path, meta: dict, config: ModelConfig) -> TextSource | ImageSource:
+    """The source side of a model directory, by what its model reads (`meta` and `config` as
+    read_model_config checked them): a text model's tokenizer (tokenizer.src, checked against
     src_vocab_size); an image model's transform (transform.json, or tokenizer.src as an
     earlier heedful wrote it), whose size must be the model's image_size."""
-    directory, model = Path(directory), meta["model"]
-    if model.get("encoder", "text") == "text":
+    directory = Path(directory)
+    if not reads_images(config):
         return TextSource(load_side(directory / TEXT_SLOT, "src_vocab_size", meta))
     path, read = directory / IMAGE_SLOT, read_transform
     if not os.path.lexists(path) and os.path.lexists(directory / TEXT_SLOT):
         path, read = directory / TEXT_SLOT, read_legacy_image  # an earlier heedful's place
     source = _read_side(path, read)
-    size = model.get("image_size", ModelConfig.image_size)
+    size = config.encoder.image_size
     if source.transform.size != size:
         raise CheckpointError(
             f"{path}: images of {source.transform.size} pixels, but config.json's "
-            f"model.image_size is {size}"
+            f"model.encoder.image_size is {size}"
         )
     return source
 
 
-def load_tokenizers(directory: Path, meta: dict) -> tuple[Any, Any]:
+def load_tokenizers(directory: Path, meta: dict, config: ModelConfig) -> tuple[Any, Any]:
     """tokenizer.src and tokenizer.tgt of a text model, each checked against config.json's
     vocabulary size (what reads text: the CTranslate2 engine). An image model is refused."""
     try:
-        tokenizer = text_tokenizer(load_source(directory, meta))
+        tokenizer = text_tokenizer(load_source(directory, meta, config))
     except CheckpointError as error:
         raise CheckpointError(f"{directory}: {error}") from None
     return tokenizer, load_side(Path(directory) / "tokenizer.tgt", "tgt_vocab_size", meta)

@@ -50,13 +50,16 @@ def _evaluation_reader(src_path, ref_path, jsonl_path, fields: str, max_line_byt
     return partial(read_jsonl, jsonl, "--jsonl", *names, limit=limit)
 
 
-def _json_report(model_dir, settings: dict, sources, outputs, references, metric) -> str:
+def _json_report(model_dir, settings: dict, texts, language: str, metric) -> str:
     """One JSON document: each metric as sacreBLEU's `--format json` gives it (name, score,
-    signature, verbose_score), the settings that made the outputs, and BLEU per length."""
+    signature, verbose_score), the tokenized BLEU papers report, the settings that made the
+    outputs, and BLEU per length. texts: (sources, outputs, references)."""
     import json
     from dataclasses import asdict
 
-    from heedful.evaluation import bleu_by_length, corpus_scores
+    from heedful.evaluation import bleu_by_length, corpus_scores, tokenized_bleu
+
+    sources, outputs, references = texts
 
     scores = corpus_scores(outputs, references).records()
     if metric == "rouge":
@@ -68,15 +71,23 @@ def _json_report(model_dir, settings: dict, sources, outputs, references, metric
         "sentences": len(references),
         "settings": settings,
         "scores": scores,
+        "tokenized_bleu": tokenized_bleu(outputs, references, language).record(),
         "bleu_by_length": [asdict(b) for b in bleu_by_length(sources, outputs, references)],
     }
     return json.dumps(report, indent=1, ensure_ascii=False)
 
 
-def _text_report(sources, outputs, references, metric) -> str:
-    from heedful.evaluation import bleu_by_length, corpus_scores, format_length_table
+def _text_report(texts, language: str, metric) -> str:
+    from heedful.evaluation import (
+        bleu_by_length,
+        corpus_scores,
+        format_length_table,
+        tokenized_bleu,
+    )
 
+    sources, outputs, references = texts
     lines = [str(corpus_scores(outputs, references))]
+    lines.append(str(tokenized_bleu(outputs, references, language)))
     if metric == "rouge":
         from heedful.evaluation import rouge_scores
 
@@ -173,9 +184,10 @@ def evaluate(
     outputs = [t.text for t in found]
     if output_path:
         Path(output_path).write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
+    texts, language = (sources, outputs, references), target or translator.languages[1]
     if not as_json:
-        return click.echo(_text_report(sources, outputs, references, metric))
+        return click.echo(_text_report(texts, language, metric))
     settings = dict(num_beams=beams, batch_size=batch_size, engine=engine, quantize=quantize)
     settings |= dict(target=target, metric=metric, src=src_path, ref=ref_path)
     settings |= dict(jsonl=jsonl_path, fields=fields if jsonl_path else None)
-    click.echo(_json_report(model_dir, settings, sources, outputs, references, metric))
+    click.echo(_json_report(model_dir, settings, texts, language, metric))

@@ -30,15 +30,14 @@ def _demo_options() -> list[click.Parameter]:
 
 
 def _budgets(task) -> str:
-    """A task's step budgets: "transformer 5000, rnn-* 6000" (models of one budget together)."""
-    groups: dict[int, list[str]] = {}
-    for model in task.models:
-        groups.setdefault(task.step_budget(model), []).append(model)
-    said = []
-    for steps, models in groups.items():
-        rnns = len(models) > 2 and all(m.startswith("rnn-") for m in models)
-        said.append(f"{'rnn-*' if rnns else ', '.join(models)} {steps}")
-    return ", ".join(said)
+    """A task's step budgets: "transformer 4800, rnn-bahdanau 1000, ...", or "rnn-* 2400"
+    where every RNN has the same."""
+    budgets = {model: task.step_budget(model) for model in task.models}
+    rnns = {steps for model, steps in budgets.items() if model.startswith("rnn-")}
+    if len(rnns) != 1:
+        return ", ".join(f"{model} {steps}" for model, steps in budgets.items())
+    others = [f"{m} {n}" for m, n in budgets.items() if not m.startswith("rnn-")]
+    return ", ".join([*others, f"rnn-* {rnns.pop()}"])
 
 
 def _budget_options(tasks: dict) -> list[click.Parameter]:

@@ -13,11 +13,18 @@ from typing import Any
 import yaml
 
 from heedful.config.corpora import CorpusConfig, check_corpora
-from heedful.config.file import ConfigError, apply_overrides, from_dict, parse_yaml
+from heedful.config.file import ConfigError, apply_overrides, from_dict, parse_yaml  # noqa: F401
 from heedful.config.file import check_choice as _choice
 from heedful.config.file import check_fraction as _fraction
 from heedful.config.file import check_positive as _positive
 from heedful.config.file import check_within as _within
+from heedful.config.flat import read_config, read_model  # noqa: F401
+from heedful.config.model import (  # noqa: F401 (the model section's parts, importable here)
+    ARCHS,
+    DecoderConfig,
+    ModelConfig,
+    TextEncoderConfig,
+)
 from heedful.config.search import (  # noqa: F401 (their old home: callers import them here)
     MAX_BEAMS,
     MAX_OUTPUT_OFFSET,
@@ -25,144 +32,33 @@ from heedful.config.search import (  # noqa: F401 (their old home: callers impor
     SearchSettings,
     beams_for,
 )
-from heedful.config.vision import (
+from heedful.config.vision import (  # noqa: F401
+    BackboneEncoderConfig,
+    CNNEncoderConfig,
+    ViTEncoderConfig,
     check_cache,
-    check_encoder,
-    check_given_image,
     check_task_keys,
-    unused_image_keys,
 )
-from heedful.layers.scores import RNN_ATTENTIONS, SCORES
-
-ARCHS = ("transformer", "rnn")
 
 MAX_LINE_BYTES = 16 * 2**20  # data.max_line_bytes, and data/lines.py's default for every reader
 # train.snapshot_sentences and train.snapshot_validations at most: with each trace at most
 # 1 MiB (visualize/snapshots.py), a run's snapshots.json stays under 4 × 50 MiB
 MAX_SNAPSHOT_SENTENCES, MAX_SNAPSHOT_VALIDATIONS = 4, 50
 
-# The keys only one family reads; the other family's keys are errors (see ModelConfig.check_given).
-FAMILY_KEYS = {
-    "transformer": (
-        "attention_dropout", "tie_embeddings", "num_heads", "encoder_layers", "decoder_layers",
-        "d_ff", "norm", "positional", "max_positions", "num_kv_heads",
-    ),
-    "rnn": ("rnn_cell", "hidden_size", "rnn_layers", "bidirectional", "attention", "input_feeding",
-            "local_window", "copy"),
-}  # fmt: skip
-
 
 @dataclass(frozen=True)
-class ModelConfig:
-    arch: str = "transformer"  # transformer | rnn
-    d_model: int = 128  # embedding size (and the Transformer's width)
-    dropout: float = 0.1
-    attention_dropout: float = 0.0  # dropout on attention weights (Transformer; slow on CPU)
-    tie_embeddings: bool = False  # share target embedding and output projection
-    # Transformer
-    num_heads: int = 4
-    # grouped-query attention (Ainslie et al. 2023): key/value heads, each shared by num_heads /
-    # num_kv_heads query heads (1: multi-query); must divide num_heads; None: one per head
-    num_kv_heads: int | None = None
-    encoder_layers: int = 2
-    decoder_layers: int = 2
-    d_ff: int = 512
-    norm: str = "post"  # post (as in the paper) | pre (more stable for deep stacks)
-    positional: str = "sinusoidal"  # sinusoidal | learned
-    max_positions: int = 512
-    # RNN encoder-decoder
-    rnn_cell: str = "gru"  # gru | lstm
-    hidden_size: int = 256
-    rnn_layers: int = 1
-    bidirectional: bool = True  # each direction gets hidden_size / 2
-    attention: str = "bahdanau"  # none | a score of scores.py: bahdanau | luong-general | ...
-    local_window: int = 10  # D of luong-local-m/-p: attend to [p_t - D, p_t + D] (§3.2: D = 10)
-    input_feeding: bool = False  # Luong 2015 §3.3: feed [h_t; c_t] summary into the next step
-    # See et al. 2017's pointer-generator: mix the softmax with the attention over the source
-    # positions holding each token (copying), weighted by a learned p_gen; needs attention and
-    # one vocabulary for both sides (data.joint_vocab)
-    copy: bool = False
-    # Images (config/vision.py): text reads ids; cnn | vit | torchvision:<name> read size × size
-    # pictures into a grid of regions the decoder attends over (models/vision.py)
-    encoder: str = "text"
-    image_size: int = 224
-    patch_size: int = 16  # vit: P × P pixels per patch
-    cnn_channels: int = 32  # cnn: the first block's channels, doubled by each block after it
-    cnn_blocks: int = 3  # cnn: conv blocks, each halving the image
-    cnn_coords: bool = False  # cnn: x, y coordinate channels beside the pixels (CoordConv)
-    cnn_layers: int = 0  # cnn: Transformer encoder layers over the grid's cells
-    encoder_weights: str | None = None  # torchvision: a local weights file (else random init)
-    freeze_encoder: bool = False  # cnn, torchvision: train all but the trunk (models/frozen.py)
-    attention_penalty: float = 0.0  # λ of Show, Attend and Tell's doubly stochastic regulariser
+class SourceConfig:
+    """data.source: what the input side is read with, beside the files of the pairs (which
+    hold both sides, and stay in data). A text model reads its source with a tokenizer (trained
+    on the corpus unless given); an image model reads pictures from a folder, which captions
+    files name, maybe through a cache of its frozen trunk's output."""
 
-    def __post_init__(self) -> None:
-        _choice("model.arch", self.arch, ARCHS)
-        _choice("model.norm", self.norm, ("post", "pre"))
-        _choice("model.positional", self.positional, ("sinusoidal", "learned"))
-        _choice("model.rnn_cell", self.rnn_cell, ("gru", "lstm"))
-        _choice("model.attention", self.attention, RNN_ATTENTIONS)
-        check_encoder(self)
-        sizes = ("d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
-                 "max_positions", "hidden_size", "rnn_layers", "local_window")  # fmt: skip
-        for name in sizes:
-            _positive(f"model.{name}", getattr(self, name))
-        for name in ("dropout", "attention_dropout"):
-            _fraction(f"model.{name}", getattr(self, name))
-        if self.arch == "transformer" and self.d_model % self.num_heads:
-            raise ConfigError(
-                f"model.d_model ({self.d_model}) must be divisible by model.num_heads "
-                f"({self.num_heads})"
-            )
-        if self.num_kv_heads is not None and (
-            self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads
-        ):
-            raise ConfigError(
-                f"model.num_kv_heads ({self.num_kv_heads}) must divide model.num_heads "
-                f"({self.num_heads}): each key/value head serves a group of query heads"
-            )
-        if self.arch == "rnn" and self.copy and self.attention == "none":
-            raise ConfigError(
-                "model.copy: the pointer-generator copies with attention; choose "
-                "a model.attention other than none"
-            )
-        if self.arch == "rnn" and self.bidirectional and self.hidden_size % 2:
-            raise ConfigError(
-                f"model.hidden_size ({self.hidden_size}) must be even with model.bidirectional"
-            )
-
-    def check_given(self, given: set[str], prefix: str = "model.") -> None:
-        """A key that only the other family reads is an error, since it would silently do
-        nothing (`tie_embeddings` on an RNN). One that holds its default passes: model
-        directories and runs written before this check list every key."""
-        defaults = ModelConfig()
-        for arch, keys in FAMILY_KEYS.items():
-            if arch == self.arch:
-                continue
-            for key in sorted(given & set(keys)):
-                if getattr(self, key) != getattr(defaults, key):
-                    raise ConfigError(
-                        f"{prefix}{key}: only arch {arch} uses it, this model is "
-                        f"{prefix}arch {self.arch}; remove the key"
-                    )
-        check_given_image(self, given, defaults, prefix)
-        if "local_window" in given and not self.is_local() and self.local_window != 10:
-            raise ConfigError(f"{prefix}local_window: only luong-local-m / -p attention uses it")
-
-    def is_local(self) -> bool:
-        """Whether the attention is one of Luong's local ones (§3.2), with a window D."""
-        return self.attention in SCORES and SCORES[self.attention].local is not None
-
-    def used(self) -> dict:
-        """The keys this model's family reads, as plain data (what a model directory stores)."""
-        unused = {k for arch, keys in FAMILY_KEYS.items() if arch != self.arch for k in keys}
-        if not self.is_local():  # only local attention has a window
-            unused.add("local_window")
-        unused |= unused_image_keys(self)  # all of them for text: its directories stay the same
-        if not self.copy:  # model directories written before it stay byte for byte the same
-            unused.add("copy")
-        if self.num_kv_heads is None:  # likewise: only grouped-query models list it
-            unused.add("num_kv_heads")
-        return {k: v for k, v in to_dict(self).items() if k not in unused}
+    # Text: a trained tokenizer file (tokenizer.src of a model directory) instead of training
+    # one, e.g. to compare models on one vocabulary; with data.tgt_tokenizer, both or neither
+    tokenizer: str | None = None
+    images: str | None = None  # pictures: the folder the captions files name images in
+    # pictures, with model.encoder.freeze: a folder keeping the frozen trunk's output
+    feature_cache: str | None = None
 
 
 @dataclass(frozen=True)
@@ -189,11 +85,10 @@ class DataConfig:
     max_length: int = 100  # pairs longer than this (in tokens) on either side are dropped
     valid_max_sentences: int | None = None  # score only the first N validation pairs (of each
     # of data.corpora), or images
-    # Reuse trained tokenizers (files as a model directory holds them: tokenizer.src and
-    # tokenizer.tgt) instead of training new ones, e.g. to compare models on one vocabulary.
-    # Both or neither (an image model, whose source is pixels: tgt_tokenizer alone); the
-    # tokenizer, vocab_size, sp_model_type and joint_vocab keys are then not used.
-    src_tokenizer: str | None = None
+    # Reuse a trained target tokenizer (tokenizer.tgt of a model directory) instead of training
+    # one; a text model takes data.source.tokenizer with it (an image model, whose source is
+    # pixels, this one alone); the tokenizer, vocab_size, sp_model_type and joint_vocab keys
+    # are then not used.
     tgt_tokenizer: str | None = None
     # SentencePiece is trained on at most this many sentences (per side, or of both sides for
     # a joint vocabulary), a uniform sample of the training text (reservoir sampling, seeded).
@@ -209,13 +104,12 @@ class DataConfig:
     # valid_...), in place of the train_/valid_ keys and src_lang/tgt_lang above. Each source
     # is read after its pair's target token (<2de>), one symbol of the source vocabulary.
     corpora: tuple[CorpusConfig, ...] = ()
-    # Image captioning (model.encoder other than text): a folder of images and the captions
-    # files that name them, flickr (image<TAB>caption lines, results.csv) or coco (JSON)
-    images: str | None = None
+    # Image captioning (model.encoder.kind other than text): the captions files that name the
+    # pictures of data.source.images, flickr (image<TAB>caption lines, results.csv) or coco
     captions: str | None = None  # training captions
     valid_captions: str | None = None
     captions_format: str = "flickr"
-    feature_cache: str | None = None  # a folder; with model.freeze_encoder: the trunk's output
+    source: SourceConfig = field(default_factory=SourceConfig)  # what reads the input side
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
         """The language pairs trained on: one per corpus, or (src_lang, tgt_lang)."""
@@ -223,7 +117,7 @@ class DataConfig:
             return tuple((c.source, c.target) for c in self.corpora)
         return ((self.src_lang, self.tgt_lang),)
 
-    def check_given(self, given: set[str], prefix: str = "data.") -> None:
+    def check_given(self, given: dict, prefix: str = "data.") -> None:
         if "corpora" in given and not self.corpora:  # the default, but written on purpose
             raise ConfigError(
                 f"{prefix}corpora: an empty list; give at least one corpus, or "
@@ -317,26 +211,26 @@ class Config:
     generation: SearchSettings = field(default_factory=SearchSettings)  # saved with the model
 
     def __post_init__(self) -> None:
-        check_cache(self.data.feature_cache, self.model)  # data.feature_cache: a frozen trunk
-        if self.train.snapshot_sentences and self.data.feature_cache is not None:
+        check_cache(self.data.source.feature_cache, self.model)  # a frozen trunk's
+        if self.train.snapshot_sentences and self.data.source.feature_cache is not None:
             raise ConfigError(
-                "train.snapshot_sentences: with data.feature_cache the model trains on cached "
-                "cells, not pictures, and there is no picture to trace; set it to 0"
+                "train.snapshot_sentences: with data.source.feature_cache the model trains on "
+                "cached cells, not pictures, and there is no picture to trace; set it to 0"
             )
         check_task_keys(self.data, self.model, self.train, DataConfig())  # text or captions
         # the pointer-generator adds attention on source ids to the same output ids
         data = self.data
-        given = data.src_tokenizer is not None  # then joint_vocab is not used
-        shared = data.src_tokenizer == data.tgt_tokenizer if given else data.joint_vocab
-        if self.model.arch == "rnn" and self.model.copy and not shared:
+        given = data.source.tokenizer is not None  # then joint_vocab is not used
+        shared = data.source.tokenizer == data.tgt_tokenizer if given else data.joint_vocab
+        if self.model.arch == "rnn" and self.model.decoder.copy and not shared:
             fix = (
-                "name one tokenizer file as both data.src_tokenizer and data.tgt_tokenizer"
+                "name one tokenizer file as both data.source.tokenizer and data.tgt_tokenizer"
                 if given
                 else "set data.joint_vocab: true"
             )
             raise ConfigError(
-                "model.copy needs one vocabulary for both sides, so that a source id is the "
-                f"same output id: {fix}"
+                "model.decoder.copy needs one vocabulary for both sides, so that a source id "
+                f"is the same output id: {fix}"
             )
 
 
@@ -356,7 +250,7 @@ def to_dict(config: Any) -> dict:
         return value
 
     data = plain(asdict(config))
-    if isinstance(config, Config):  # the model section lists only its family's keys
+    if isinstance(config, Config):  # the model section lists only the keys its model reads
         data["model"] = config.model.used()
         if not config.data.corpora:  # one pair: written as before (an empty list is an error)
             del data["data"]["corpora"]
@@ -380,8 +274,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), cls: 
             raise ConfigError(f"{path}: invalid YAML: {error}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    try:
-        return from_dict(cls, apply_overrides(data, list(overrides)))
+    try:  # today's flat keys and the sections alike (config/flat.py)
+        return read_config(data, list(overrides), cls)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}" if path else str(error)) from None
 

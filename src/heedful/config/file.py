@@ -58,6 +58,8 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         return value
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
+        if all(hasattr(option, "KIND") for option in options):  # sections told apart by kind
+            return _variant(value, options, key)
         if value is None and type(None) in options:
             return None
         errors = []
@@ -98,6 +100,52 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
     return value
 
 
+def _kind_matches(pattern: str, kind: str) -> bool:
+    """`kind` is `pattern`, or, for a pattern ending in `:<name>`, starts with what precedes
+    the name (torchvision:<name> matches torchvision:resnet18)."""
+    if pattern.endswith(":<name>"):
+        return kind.startswith(pattern.removesuffix("<name>"))
+    return kind == pattern
+
+
+def _variant(value: Any, options: tuple, key: str) -> Any:
+    """A mapping whose `kind` picks one of several dataclasses, each with a class attribute
+    KIND (model.encoder: text, cnn, vit, torchvision:<name>); no kind: the first. A key that
+    only another kind reads is an error naming who reads it, unless it holds its default
+    there (a config switched to another kind with --set may still list the first one's)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
+    kind = value.get("kind", options[0].KIND)
+    if not isinstance(kind, str):
+        raise ConfigError(f"{key}.kind: expected str, got {type(kind).__name__} {kind!r:.40}")
+    chosen = next((option for option in options if _kind_matches(option.KIND, kind)), None)
+    if chosen is None:
+        kinds = ", ".join(option.KIND for option in options)
+        raise ConfigError(f"{key}.kind: {kind!r:.60} is not one of {kinds}")
+    own = {f.name for f in dataclasses.fields(chosen)}
+    absent = getattr(chosen, "ABSENT", {})  # the kind may say why it has no such key
+    kept = {}
+    for name, given in sorted(value.items(), key=lambda item: item[0] not in absent):
+        readers = [option for option in options if name in _defaults(option)]
+        if name in own or not readers:  # not anyone's: from_dict names it as unknown
+            kept[name] = given
+        elif any(_defaults(option)[name] != given for option in readers):
+            why = absent.get(name)
+            who = " / ".join(option.KIND for option in readers)
+            raise ConfigError(
+                f"{key}.{name}: {f'{why}; ' if why else ''}only {key}.kind {who} uses it, "
+                f"this one is {kind}; remove the key"
+            )
+    return from_dict(chosen, kept, prefix=f"{key}.")
+
+
+def _defaults(cls: type) -> dict:
+    """{field: its default} of a dataclass (the fields with one)."""
+    return {
+        f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING
+    }
+
+
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     """Build dataclass `cls` from plain data; unknown keys and wrong types raise ConfigError."""
     hints = typing.get_type_hints(cls)
@@ -111,7 +159,7 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     kwargs = {name: _convert(value, hints[name], prefix + name) for name, value in data.items()}
     config = cls(**kwargs)
     if hasattr(config, "check_given"):  # keys that are valid alone but not together
-        config.check_given(set(data), prefix)
+        config.check_given(data, prefix)
     return config
 
 

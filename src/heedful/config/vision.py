@@ -1,178 +1,173 @@
-"""The model config's image keys (issue 12): which encoder reads the source, and its checks.
+"""model.encoder for pictures (issue 12): one section per image encoder, and their checks.
 
-`model.encoder` is `text` (token ids, the default), `cnn`, `vit` or `torchvision:<name>`; the
-image encoders read size × size pictures (models/vision.py). Kept apart from config/__init__.py
-so that the text models' config reads as it did; no torch here either.
+`model.encoder.kind` is `text` (token ids, config/model.py), `cnn`, `vit` or
+`torchvision:<name>`; the image encoders read size × size pictures into a grid of regions the
+decoder attends over (models/vision.py). Each kind is its own dataclass, so the keys it reads
+are its fields: a key of another kind is an error naming who reads it (config/file.py). No
+torch here.
 
-`model.freeze_encoder` stops a cnn or torchvision encoder's trunk (pixels to region grid,
-models/frozen.py) from learning; then, and only then, `data.feature_cache` may name a folder
-where the trunk's output for each image is kept between epochs and runs (data/features.py).
+`freeze` stops a cnn or torchvision encoder's trunk (pixels to region grid, models/frozen.py)
+from learning; then, and only then, `data.source.feature_cache` may name a folder where the
+trunk's output for each image is kept between epochs and runs (data/features.py).
 """
 
 from __future__ import annotations
 
-import math
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
-from heedful.config.file import ConfigError
+from heedful.config.file import ConfigError, check_positive
 
-ENCODERS = ("text", "cnn", "vit", "torchvision:<name>")
-# The keys only some image encoders read; a text model reads none of them.
-IMAGE_KEYS = {
-    "cnn": (
-        "image_size",
-        "cnn_channels",
-        "cnn_blocks",
-        "cnn_coords",
-        "cnn_layers",
-        "attention_penalty",
-        "freeze_encoder",
-    ),
-    "vit": ("image_size", "patch_size", "attention_penalty"),
-    "torchvision": ("image_size", "encoder_weights", "attention_penalty", "freeze_encoder"),
-}
-ALL_IMAGE_KEYS = (
-    "encoder",
-    "image_size",
-    "patch_size",
-    "cnn_channels",
-    "cnn_blocks",
-    "cnn_coords",
-    "cnn_layers",
-    "encoder_weights",
-    "attention_penalty",
-    "freeze_encoder",
-)
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_NO_TRUNK = "a ViT's patch embedding is its projection to d_model: it has no trunk"
 
 
-def encoder_kind(encoder: str) -> str:
-    """text | cnn | vit | torchvision (for torchvision:<name>)."""
-    return "torchvision" if encoder.startswith("torchvision:") else encoder
+def _check(kind: str, expected: str, sizes: dict) -> None:
+    """A section's kind, for one built in Python (from_dict picks the section by its kind),
+    and its sizes, each > 0."""
+    if kind != expected:
+        raise ConfigError(f"model.encoder.kind: {kind!r} is not {expected}, this section's kind")
+    for name, value in sizes.items():
+        check_positive(f"model.encoder.{name}", value)
 
 
-def check_encoder(c) -> None:
-    """The image keys of a ModelConfig `c`, alone and against the decoder they feed."""
-    kind = encoder_kind(c.encoder)
-    if kind not in ("text", "cnn", "vit", "torchvision"):
-        raise ConfigError(f"model.encoder: {c.encoder!r} is not one of {', '.join(ENCODERS)}")
-    if kind == "torchvision" and not _NAME.fullmatch(c.encoder.removeprefix("torchvision:")):
-        raise ConfigError(
-            f"model.encoder: {c.encoder!r} does not name a torchvision model "
-            "(torchvision:resnet18, say)"
-        )
-    for name in ("image_size", "patch_size", "cnn_channels", "cnn_blocks"):
-        if getattr(c, name) < 1:
-            raise ConfigError(f"model.{name}: must be > 0, got {getattr(c, name)}")
-    if not isinstance(c.cnn_coords, bool):
-        raise ConfigError(f"model.cnn_coords: must be true or false, got {c.cnn_coords!r}")
-    if isinstance(c.cnn_layers, bool) or not isinstance(c.cnn_layers, int) or c.cnn_layers < 0:
-        raise ConfigError(f"model.cnn_layers: must be a whole number >= 0, got {c.cnn_layers!r}")
-    if not (math.isfinite(c.attention_penalty) and c.attention_penalty >= 0):
-        raise ConfigError(f"model.attention_penalty: must be >= 0, got {c.attention_penalty}")
-    _check_freeze(c.freeze_encoder, kind)
-    if kind == "text":
-        return
+@dataclass(frozen=True)
+class CNNEncoderConfig:
+    """model.encoder kind cnn: conv blocks, each halving the picture, then a grid of regions."""
+
+    KIND: ClassVar[str] = "cnn"
+    kind: str = "cnn"
+    image_size: int = 224  # pictures are read image_size × image_size
+    channels: int = 32  # the first block's channels, doubled by each block after it
+    blocks: int = 3  # conv blocks, each halving the image
+    coords: bool = False  # x, y coordinate channels beside the pixels (CoordConv)
+    # Transformer encoder layers over the grid's cells (they take model.num_heads and
+    # model.d_ff: arch transformer only); 0: the regions go to the decoder as they are
+    layers: int = 0
+    freeze: bool = False  # train all but the trunk (models/frozen.py)
+
+    def __post_init__(self) -> None:
+        sizes = {"image_size": self.image_size, "channels": self.channels, "blocks": self.blocks}
+        _check(self.kind, "cnn", sizes)
+        if not isinstance(self.coords, bool):
+            raise ConfigError(f"model.encoder.coords: must be true or false, got {self.coords!r}")
+        if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 0:
+            raise ConfigError(
+                f"model.encoder.layers: must be a whole number >= 0, got {self.layers!r}"
+            )
+        _check_freeze(self.freeze)
+        if self.image_size < 2**self.blocks:
+            raise ConfigError(
+                f"model.encoder.blocks: {self.blocks} blocks halve a {self.image_size}-pixel "
+                "image to nothing; use fewer blocks or a larger model.encoder.image_size"
+            )
+
+
+@dataclass(frozen=True)
+class ViTEncoderConfig:
+    """model.encoder kind vit: P × P patches, projected to d_model, under Transformer layers."""
+
+    KIND: ClassVar[str] = "vit"
+    ABSENT: ClassVar[dict] = {"freeze": _NO_TRUNK}  # why a key of another kind is not here
+    freeze: ClassVar[bool] = False  # what readers of model.encoder.freeze see
+    kind: str = "vit"
+    image_size: int = 224
+    patch_size: int = 16  # P × P pixels per patch
+    layers: int = 2  # Transformer encoder layers over the patches
+
+    def __post_init__(self) -> None:
+        sizes = {"image_size": self.image_size, "patch_size": self.patch_size}
+        _check(self.kind, "vit", {**sizes, "layers": self.layers})
+        if self.image_size % self.patch_size:
+            raise ConfigError(
+                f"model.encoder.patch_size ({self.patch_size}) must divide "
+                f"model.encoder.image_size ({self.image_size}): patches would leave pixels out"
+            )
+
+
+@dataclass(frozen=True)
+class BackboneEncoderConfig:
+    """model.encoder kind torchvision:<name>: a torchvision classifier's trunk (resnet18...)."""
+
+    KIND: ClassVar[str] = "torchvision:<name>"
+    kind: str = "torchvision:resnet18"
+    image_size: int = 224
+    weights: str | None = None  # a local weights file (else random init; never a download)
+    freeze: bool = False  # train all but the trunk (models/frozen.py)
+
+    def __post_init__(self) -> None:
+        name = self.kind.removeprefix("torchvision:")
+        if not self.kind.startswith("torchvision:") or not _NAME.fullmatch(name):
+            raise ConfigError(
+                f"model.encoder.kind: {self.kind!r:.60} does not name a torchvision model "
+                "(torchvision:resnet18, say)"
+            )
+        check_positive("model.encoder.image_size", self.image_size)
+        _check_freeze(self.freeze)
+
+    @property
+    def name(self) -> str:
+        """The torchvision model: resnet18 of torchvision:resnet18."""
+        return self.kind.removeprefix("torchvision:")
+
+
+def _check_freeze(freeze) -> None:
+    if not isinstance(freeze, bool):
+        raise ConfigError(f"model.encoder.freeze: must be true or false, got {freeze!r}")
+
+
+def check_image_model(c) -> None:
+    """A ModelConfig `c`'s image encoder against the decoder it feeds."""
+    kind = c.encoder.KIND
     if kind == "vit" and c.arch != "transformer":
         raise ConfigError(
-            "model.encoder vit: its encoder is Transformer layers; use model.arch "
+            "model.encoder.kind vit: its encoder is Transformer layers; use model.arch "
             "transformer (an RNN decoder reads cnn or torchvision regions)"
         )
-    if kind == "vit" and c.image_size % c.patch_size:
+    if kind == "cnn" and c.encoder.layers and c.arch != "transformer":
         raise ConfigError(
-            f"model.patch_size ({c.patch_size}) must divide model.image_size "
-            f"({c.image_size}): patches would leave pixels out"
+            "model.encoder.layers: the CNN's encoder layers take model.num_heads and "
+            "model.d_ff, which only arch transformer reads; use arch transformer or "
+            "model.encoder.layers: 0"
         )
-    if kind == "cnn" and c.image_size < 2**c.cnn_blocks:
+    if c.arch != "rnn":
+        return
+    decoder = c.decoder
+    if decoder.attention.startswith("luong-local"):
         raise ConfigError(
-            f"model.cnn_blocks: {c.cnn_blocks} blocks halve a {c.image_size}-pixel "
-            "image to nothing; use fewer blocks or a larger model.image_size"
+            f"model.decoder.attention {decoder.attention}: local attention centres a window "
+            "on a position of a sequence; image regions lie on a grid"
         )
-    if kind == "cnn" and c.cnn_layers and c.arch != "transformer":
+    if decoder.copy:
+        raise ConfigError("model.decoder.copy: a caption cannot copy words from an image")
+    if decoder.attention == "none" and decoder.attention_penalty > 0:
         raise ConfigError(
-            "model.cnn_layers: the CNN's encoder layers take model.num_heads and model.d_ff, "
-            "which only arch transformer reads; use arch transformer or cnn_layers: 0"
-        )
-    if c.arch == "rnn":
-        _check_rnn_decoder(c)
-
-
-def _check_freeze(freeze, kind: str) -> None:
-    if not isinstance(freeze, bool):
-        raise ConfigError(f"model.freeze_encoder: must be true or false, got {freeze!r}")
-    if freeze and kind not in ("cnn", "torchvision"):
-        why = (
-            "a text model has no image encoder"
-            if kind == "text"
-            else "a ViT's patch embedding is its projection to d_model: it has no trunk"
-        )
-        raise ConfigError(
-            f"model.freeze_encoder: {why}; it freezes the trunk of model.encoder cnn or "
-            "torchvision:<name>"
+            "model.decoder.attention_penalty: regularises attention; this decoder has none"
         )
 
 
 def check_cache(feature_cache, model) -> None:
-    """data.feature_cache against the ModelConfig `model`: a folder name, for a frozen trunk
-    (the filesystem is checked when training starts, training/captions_task.py)."""
+    """data.source.feature_cache against the ModelConfig `model`: a folder name, for a frozen
+    trunk (the filesystem is checked when training starts, training/captions_task.py)."""
     if feature_cache is None:
         return
     if not isinstance(feature_cache, str):
         raise ConfigError(
-            f"data.feature_cache: expected a folder name, got {type(feature_cache).__name__} "
-            f"{feature_cache!r:.40}"
+            f"data.source.feature_cache: expected a folder name, got "
+            f"{type(feature_cache).__name__} {feature_cache!r:.40}"
         )
     if not feature_cache.strip():
         raise ConfigError(
-            "data.feature_cache: an empty name; give a folder, or leave the key out to "
+            "data.source.feature_cache: an empty name; give a folder, or leave the key out to "
             "compute the trunk's output every step"
         )
-    if not model.freeze_encoder:
+    if not model.encoder.freeze:
         raise ConfigError(
-            "data.feature_cache keeps a frozen trunk's output, but model.freeze_encoder is "
-            "false: set model.freeze_encoder: true (model.encoder cnn or torchvision:<name>) "
-            "or remove data.feature_cache"
+            "data.source.feature_cache keeps a frozen trunk's output, but "
+            "model.encoder.freeze is false: set model.encoder.freeze: true (model.encoder.kind "
+            "cnn or torchvision:<name>) or remove data.source.feature_cache"
         )
-
-
-def _check_rnn_decoder(c) -> None:
-    if c.attention.startswith("luong-local"):
-        raise ConfigError(
-            f"model.attention {c.attention}: local attention centres a window on "
-            "a position of a sequence; image regions lie on a grid"
-        )
-    if c.copy:
-        raise ConfigError("model.copy: a caption cannot copy words from an image")
-    if c.attention == "none" and c.attention_penalty > 0:
-        raise ConfigError("model.attention_penalty: regularises attention; this decoder has none")
-
-
-def unused_image_keys(c) -> set[str]:
-    """The image keys a model of this encoder does not read (all of them for text)."""
-    kind = encoder_kind(c.encoder)
-    if kind == "text":
-        return set(ALL_IMAGE_KEYS)
-    unused = set(ALL_IMAGE_KEYS) - {"encoder", *IMAGE_KEYS[kind]}
-    if kind == "torchvision" and c.encoder_weights is None:
-        unused.add("encoder_weights")
-    if not c.freeze_encoder:  # model directories written before it stay byte for byte the same
-        unused.add("freeze_encoder")
-    if kind != "vit":  # the regions go to the decoder as they are: no encoder layers
-        unused.add("encoder_layers")
-    return unused
-
-
-def check_given_image(c, given: set[str], defaults, prefix: str) -> None:
-    """An image key given for an encoder that does not read it is an error, as for the other
-    family's keys, unless it holds its default."""
-    ignored = unused_image_keys(c) - {"encoder"}
-    for key in sorted(given & ignored):
-        if getattr(c, key) != getattr(defaults, key):
-            users = [k for k, keys in IMAGE_KEYS.items() if key in keys] or ["text", "vit"]
-            raise ConfigError(
-                f"{prefix}{key}: only model.encoder {' / '.join(users)} uses it, this model's "
-                f"is {c.encoder}; remove the key"
-            )
 
 
 # The data keys only text translation reads, what each is, and what to do with it in an image
@@ -183,7 +178,7 @@ TEXT_DATA_KEYS = {
     "jsonl_src_field": ("a field of JSON Lines text corpora", "remove the key"),
     "jsonl_tgt_field": ("a field of JSON Lines text corpora", "remove the key"),
     "joint_vocab": ("one vocabulary for source and target text", "remove the key"),
-    "src_tokenizer": ("the tokenizer of source text", "give data.tgt_tokenizer alone"),
+    "source.tokenizer": ("the tokenizer of source text", "give data.tgt_tokenizer alone"),
     "prepared": ("text pairs as token ids (heedful prepare)", "remove the key"),
     "shard_tokens": ("the shard size of data.prepared", "remove the key"),
     "corpora": ("text corpora, one per language pair", "remove the key"),
@@ -192,8 +187,15 @@ TEXT_DATA_KEYS = {
         "remove the key (captions files are read with the default, 16 MiB a line)",
     ),
 }
-# and the ones only captioning reads (data.feature_cache: check_cache)
-IMAGE_DATA_KEYS = ("images", "captions", "valid_captions", "captions_format")
+# and the ones only captioning reads (data.source.feature_cache: check_cache)
+IMAGE_DATA_KEYS = ("source.images", "captions", "valid_captions", "captions_format")
+
+
+def _value(data, key: str):
+    """data's value at `key`, a name or section.name (source.images)."""
+    for part in key.split("."):
+        data = getattr(data, part)
+    return data
 
 
 def check_task_keys(data, model, train, data_defaults) -> None:
@@ -201,22 +203,23 @@ def check_task_keys(data, model, train, data_defaults) -> None:
     (experiment.task_for): a key that task would ignore is an error, unless it holds its
     default (run directories written before this check list every key). The tokenizer files
     come in pairs for text; an image model's source is pixels, so it takes a target one alone."""
-    if encoder_kind(model.encoder) == "text":
-        if (data.src_tokenizer is None) != (data.tgt_tokenizer is None):
-            raise ConfigError("data.src_tokenizer and data.tgt_tokenizer: give both or neither")
+    kind = model.encoder.kind
+    if kind == "text":
+        if (data.source.tokenizer is None) != (data.tgt_tokenizer is None):
+            raise ConfigError("data.source.tokenizer and data.tgt_tokenizer: give both or neither")
         for key in IMAGE_DATA_KEYS:
-            if getattr(data, key) != getattr(data_defaults, key):
+            if _value(data, key) != _value(data_defaults, key):
                 raise ConfigError(
-                    f"data.{key}: only an image model (model.encoder cnn, vit or "
-                    "torchvision:<name>) reads it; this model's model.encoder is text: "
+                    f"data.{key}: only an image model (model.encoder.kind cnn, vit or "
+                    "torchvision:<name>) reads it; this model's model.encoder.kind is text: "
                     "remove the key"
                 )
         return
     for key, (what, fix) in TEXT_DATA_KEYS.items():
-        if getattr(data, key) != getattr(data_defaults, key):
+        if _value(data, key) != _value(data_defaults, key):
             raise ConfigError(
-                f"data.{key}: {what}; model.encoder {model.encoder} trains on images and "
-                f"captions (data.images, data.captions, data.valid_captions): {fix}"
+                f"data.{key}: {what}; model.encoder.kind {kind} trains on images and "
+                f"captions (data.source.images, data.captions, data.valid_captions): {fix}"
             )
     if train.early_stopping_metric == "chrf":
         raise ConfigError(

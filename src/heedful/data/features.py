@@ -1,7 +1,8 @@
 """Features of a frozen image encoder cached on disk (safetensors): training a caption decoder
 over a frozen backbone then decodes and encodes each image once, not once per epoch
-(training/captions_task.py with model.freeze_encoder and data.feature_cache; the encoder it is
-given there is models/frozen.py's Trunk, the part of the image encoder that does not learn).
+(training/captions_task.py with model.encoder.freeze and data.source.feature_cache; the encoder
+it is given there is models/frozen.py's Trunk, the part of the image encoder that does not
+learn).
 
 Layout: CACHE_DIR/KEY/SHA.safetensors, one file per distinct image content, holding "features"
 (S, d) float32, and in its metadata the format, KEY and SHA. SHA is the SHA-256 of the image

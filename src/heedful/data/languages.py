@@ -93,7 +93,7 @@ def target_tokens(data) -> tuple[str, ...]:
 
 def check_symbols(tokenizer, pairs: LanguagePairs, where) -> None:
     """Each pair's target token must be one symbol of the source tokenizer: a tokenizer file
-    made without them (data.src_tokenizer) would spell <2de> as pieces, a text like any other."""
+    made without them (data.source.tokenizer) would spell <2de> as pieces, a text like any other."""
     tokens = dict.fromkeys(target_token(t) for _, t in pairs)
     missing = [token for token in tokens if token not in getattr(tokenizer, "symbols", ())]
     if missing:

@@ -61,7 +61,7 @@ PREPARED = DirectoryKind(
 def settings(data) -> dict:
     """The data settings the prepared ids depend on (a change means preparing again)."""
     keys = ("tokenizer", "vocab_size", "sp_model_type", "joint_vocab", "tokenizer_sample")
-    given = data.src_tokenizer is not None
+    given = data.source.tokenizer is not None
     chosen = {"given_tokenizers": given, **({} if given else {k: getattr(data, k) for k in keys})}
     return {**chosen, "max_length": data.max_length, "shard_tokens": data.shard_tokens}
 
@@ -70,12 +70,14 @@ def inputs(data, known: list[dict] = ()) -> list[dict]:
     """Fingerprints of every file a preparation reads: both splits and given tokenizers
     (`known`: the last preparation's, whose hashes are reused for files unchanged on disk)."""
     files = [*split_files(data, "train"), *split_files(data, "valid")]
-    if data.src_tokenizer is not None:
-        files += [("data.src_tokenizer", Path(data.src_tokenizer))]
+    if data.source.tokenizer is not None:
+        # keyed as before the config's sections, so that a directory prepared then is current
+        files += [("data.src_tokenizer", Path(data.source.tokenizer))]
         files += [("data.tgt_tokenizer", Path(data.tgt_tokenizer))]
     for key, path in files:
         if not path.is_file():
-            raise PreparedError(f"{key}: file not found: {path}")
+            named = "data.source.tokenizer" if key == "data.src_tokenizer" else key
+            raise PreparedError(f"{named}: file not found: {path}")
     fields = {"key", "path", "bytes", "mtime_ns", "sha256"}
     last = {(f["key"], f["path"]): f for f in known if isinstance(f, dict) and fields <= f.keys()}
     return [fingerprint(key, path, last.get((key, str(path)))) for key, path in files]
@@ -240,8 +242,8 @@ def _tokenizers(data, build: Path, echo) -> tuple[str, str]:
     from heedful.data.tokenizers import train_tokenizers
 
     files = (str(build / "tokenizer.src"), str(build / "tokenizer.tgt"))
-    if data.src_tokenizer is not None:
-        for given, file in zip((data.src_tokenizer, data.tgt_tokenizer), files):
+    if data.source.tokenizer is not None:
+        for given, file in zip((data.source.tokenizer, data.tgt_tokenizer), files):
             shutil.copyfile(given, file)
         return files
     sample = (

@@ -12,6 +12,7 @@ the overlay.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,20 +20,24 @@ import torch
 
 from heedful.config import (
     MAX_SNAPSHOT_SENTENCES,
+    CNNEncoderConfig,
     Config,
     DataConfig,
+    DecoderConfig,
     GenerationConfig,
     ModelConfig,
     TrainConfig,
+    ViTEncoderConfig,
 )
 from heedful.data.image_pairs import ImagePairs
 from heedful.data.sources import ImageSource
-from heedful.demo.training import DemoData, budget_rule, mark
+from heedful.demo.budgets import CAPTION_STEPS, budget_rule
+from heedful.demo.training import DemoData, mark
 from heedful.inference.translator import Translator
 from heedful.models.build import build_model
 from heedful.tasks.scenes import CANVAS, SceneSet, scenes_task
 
-_CNN = dict(encoder="cnn", image_size=CANVAS, cnn_channels=16, cnn_blocks=3, dropout=0.0)
+_CNN = CNNEncoderConfig(image_size=CANVAS, channels=16, blocks=3)
 CAPTION_MODELS: dict[str, ModelConfig] = {
     # pre-norm, coordinate channels and one encoder layer over the 6 × 6 cells: see
     # docs/benchmarks.md ("Captions") for what each bought on the held-out kinds
@@ -40,36 +45,32 @@ CAPTION_MODELS: dict[str, ModelConfig] = {
         arch="transformer",
         d_model=64,
         num_heads=4,
-        decoder_layers=2,
         d_ff=256,
         norm="pre",
-        cnn_coords=True,
-        cnn_layers=1,
-        **_CNN,
+        dropout=0.0,
+        encoder=replace(_CNN, coords=True, layers=1),
+        decoder=DecoderConfig(layers=2),
     ),
     "cnn-rnn-bahdanau": ModelConfig(
-        arch="rnn", d_model=64, hidden_size=128, attention="bahdanau", **_CNN
+        arch="rnn",
+        d_model=64,
+        hidden_size=128,
+        dropout=0.0,
+        encoder=_CNN,
+        decoder=DecoderConfig(attention="bahdanau"),
     ),
     "vit-transformer": ModelConfig(
         arch="transformer",
-        encoder="vit",
-        image_size=CANVAS,
-        patch_size=8,
         d_model=64,
         num_heads=4,
-        encoder_layers=2,
-        decoder_layers=2,
         d_ff=256,
         dropout=0.0,
         norm="pre",
+        encoder=ViTEncoderConfig(image_size=CANVAS, patch_size=8, layers=2),
+        decoder=DecoderConfig(layers=2),
     ),
 }
 DEFAULT_MODEL = "cnn-transformer"  # the best measured at 600 steps (docs/benchmarks.md)
-# Steps to the target (every development scene right), measured by benchmarks/demo_steps.py
-# (docs/benchmarks.md, "The demos' step budgets"); a model that did not reach it under the
-# measurement's cap has the cap. The budgets are demo/training.py's budget_rule: steps, not
-# seconds, so a busy machine trains the same model, only slower.
-CAPTION_STEPS = {"cnn-transformer": 1800, "cnn-rnn-bahdanau": 2400, "vit-transformer": 3000}
 CAPTION_TRAIN = TrainConfig(
     batch_tokens=36 * 64,  # 64 scenes of 6 × 6 regions
     max_steps=20_000,

@@ -23,17 +23,26 @@ import torch
 
 from heedful.checkpoint.model_dir import save_model_dir
 from heedful.checkpoint.status import status_line
-from heedful.config import Config, DataConfig, GenerationConfig, ModelConfig, TrainConfig
+from heedful.config import (
+    Config,
+    DataConfig,
+    DecoderConfig,
+    GenerationConfig,
+    ModelConfig,
+    TextEncoderConfig,
+    TrainConfig,
+)
 from heedful.data.batching import Pairs
 from heedful.data.tokenizers import CharTokenizer
+from heedful.demo.budgets import DATES_STEPS, DIALOGUE_STEPS, budget_rule
 from heedful.demo.captions import CaptionDemo
 from heedful.demo.training import (
     BestWeights,
     DemoData,
     WithExactMatch,
     budget,
-    budget_rule,
     mark,
+    snapshots_of,
     train_logged,
     training_status,
     undertrained_warning,
@@ -47,7 +56,19 @@ from heedful.tasks.dialogue import ARTICLE_PAIR, dialogue_task
 from heedful.visualize.heatmap import plot_alignment
 
 # No dropout: 40,000 fresh pairs seen about twice do not overfit, and dropout slows learning.
-_RNN = ModelConfig(arch="rnn", d_model=64, hidden_size=256, dropout=0.0, bidirectional=True)
+_RNN = ModelConfig(
+    arch="rnn",
+    d_model=64,
+    hidden_size=256,
+    dropout=0.0,
+    encoder=TextEncoderConfig(bidirectional=True),
+)
+
+
+def _rnn(attention: str, local_window: int = 10) -> ModelConfig:
+    """The demo's RNN with this attention (and window, for a local one)."""
+    return replace(_RNN, decoder=DecoderConfig(attention=attention, local_window=local_window))
+
 
 # Small models that learn the task in a couple of minutes on two CPU cores.
 DEMO_MODELS: dict[str, ModelConfig] = {
@@ -55,18 +76,15 @@ DEMO_MODELS: dict[str, ModelConfig] = {
         arch="transformer",
         d_model=64,
         num_heads=4,
-        encoder_layers=2,
-        decoder_layers=2,
         d_ff=256,
         dropout=0.0,
+        encoder=TextEncoderConfig(layers=2),
+        decoder=DecoderConfig(layers=2),
     ),
-    "rnn-none": replace(_RNN, attention="none"),
+    "rnn-none": _rnn("none"),
     # one per score of scores.py; Luong's local attention (§3.2) with a window of D = 5 each
     # side: a date's source is about 25 characters, so the paper's D = 10 would cover nearly all
-    **{
-        f"rnn-{name}": replace(_RNN, attention=name, local_window=5 if score.local else 10)
-        for name, score in SCORES.items()
-    },
+    **{f"rnn-{name}": _rnn(name, 5 if score.local else 10) for name, score in SCORES.items()},
 }
 
 # Budgets are steps (DemoTask.step_budget), not seconds: a busy machine then trains the same
@@ -197,15 +215,6 @@ class TextDemo:
         return f' (try: heedful attention {model_dir} "{source}" --html viewer.html)' * shown
 
 
-# Steps to the target (every development pair right), measured by benchmarks/demo_steps.py
-# (docs/benchmarks.md, "The demos' step budgets"); the budgets are budget_rule's
-DATES_STEPS = {"transformer": 3200, **{f"rnn-{name}": 6000 for name in SCORES}}
-DIALOGUE_STEPS = {
-    "transformer": 3600, "rnn-bahdanau": 600, "rnn-luong-dot": 1000, "rnn-luong-general": 1000,
-    "rnn-luong-concat": 600, "rnn-scaled-general": 400, "rnn-luong-local-m": 1800,
-    "rnn-luong-local-p": 1200,
-}  # fmt: skip
-
 DEMO_TASKS: dict[str, DemoTask] = {
     # ISO dates are 10 characters
     "dates": TextDemo(
@@ -312,7 +321,7 @@ def _train(translator: Translator, demo, data: DemoData, config: Config, out: Pa
         return best.offer(model, metrics) if demo.keep_best else metrics
 
     pairs = demo.pairs(translator, data)
-    snapshots = _snapshots(translator, demo.snapshot_inputs(data), config, out)
+    snapshots = snapshots_of(translator, demo.snapshot_inputs(data), config, out)
     result = train_logged(translator.model, pairs, config, validate, out, progress, snapshots)
     if not demo.keep_best:
         return result, ""
@@ -321,20 +330,6 @@ def _train(translator: Translator, demo, data: DemoData, config: Config, out: Pa
     translator.model.load_state_dict(best.weights)
     kept = f"; kept the weights best on {len(data.dev)} dev {demo.what.split()[-1]}"
     return result, f"{kept} ({best.score:.1%})"
-
-
-def _snapshots(translator: Translator, inputs: list, config: Config, out: Path):
-    """The run's snapshots (training/snapshots.py) into out/snapshots.json, or None (and an
-    earlier run's file gone) when the config asks for none."""
-    from heedful.training.snapshots import Snapshots
-    from heedful.visualize.snapshots import FILE_NAME
-
-    path = out / FILE_NAME
-    if not config.train.snapshot_sentences:
-        path.unlink(missing_ok=True)
-        return None
-    sides = (translator.source, translator.tgt_tokenizer)
-    return Snapshots(path, inputs, sides, config, translator.device, print)
 
 
 def _save(translator: Translator, model_config, demo, model_dir: Path, status: dict) -> Path:

@@ -87,14 +87,18 @@ def budget(
     return train
 
 
-def budget_rule(measured: dict[str, int], every: int) -> dict[str, int]:
-    """Step budgets from the steps each model took to reach its target (benchmarks/
-    demo_steps.py, seed 1): half as many again, rounded up to a validation; rnn-none, which
-    reaches no target, gets the largest of the attention models' ("what attention buys"
-    then compares it with every one of them at no fewer steps than they needed)."""
-    budgets = {name: -(-3 * steps // (2 * every)) * every for name, steps in measured.items()}
-    attending = [steps for name, steps in budgets.items() if name.startswith("rnn-")]
-    return {**budgets, "rnn-none": max(attending)} if attending else budgets
+def snapshots_of(translator, inputs: list, config: Config, out: Path):
+    """The run's snapshots (training/snapshots.py) into out/snapshots.json, or None (and an
+    earlier run's file gone) when the config asks for none."""
+    from heedful.training.snapshots import Snapshots
+    from heedful.visualize.snapshots import FILE_NAME
+
+    path = out / FILE_NAME
+    if not config.train.snapshot_sentences:
+        path.unlink(missing_ok=True)
+        return None
+    sides = (translator.source, translator.tgt_tokenizer)
+    return Snapshots(path, inputs, sides, config, translator.device, print)
 
 
 def train_logged(model, pairs, config: Config, validate, out: Path, progress: bool, snapshots=None):

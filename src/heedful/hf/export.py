@@ -108,8 +108,8 @@ def _check_exportable(loaded, model_dir) -> None:
     config, why = loaded.model_config, None
     if config.arch != "transformer":
         why = f"it is an {config.arch!r} model; Marian and Pegasus are Transformers"
-    elif config.encoder != "text":
-        why = f"it reads images (model.encoder {config.encoder}); the exports read text"
+    elif config.encoder.kind != "text":
+        why = f"it reads images (model.encoder.kind {config.encoder.kind}); the exports read text"
     elif config.positional != "sinusoidal":
         why = "its positions are learned; Marian's and Pegasus's are fixed sinusoids"
     elif config.d_model % 2:
@@ -142,8 +142,8 @@ def _common(config, pad: int, start: int) -> dict:
     """The settings Marian's and Pegasus's configs share: sizes, ReLU, √d_model, the ids."""
     return dict(
         d_model=config.d_model,
-        encoder_layers=config.encoder_layers,
-        decoder_layers=config.decoder_layers,
+        encoder_layers=config.encoder.layers,
+        decoder_layers=config.decoder.layers,
         encoder_attention_heads=config.num_heads,
         decoder_attention_heads=config.num_heads,
         encoder_ffn_dim=config.d_ff,

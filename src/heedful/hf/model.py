@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from heedful.config import ModelConfig
+from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import PAD_ID
 from heedful.hf.vocab import IdMap
 from heedful.models.base import AttentionMaps, Seq2SeqOutput, StepAttention
@@ -79,8 +79,8 @@ def model_config(model_type: str, config) -> ModelConfig:
             # 6 heads of 64 (which ModelConfig, dividing d_model among the heads, would refuse)
             d_model=config.num_heads * config.d_kv,
             num_heads=config.num_heads,
-            encoder_layers=config.num_layers,
-            decoder_layers=config.num_decoder_layers or config.num_layers,
+            encoder=TextEncoderConfig(layers=config.num_layers),
+            decoder=DecoderConfig(layers=config.num_decoder_layers or config.num_layers),
             d_ff=config.d_ff,
             norm="pre",
             positional="sinusoidal",
@@ -90,8 +90,8 @@ def model_config(model_type: str, config) -> ModelConfig:
     return ModelConfig(
         d_model=config.d_model,
         num_heads=config.encoder_attention_heads,
-        encoder_layers=config.encoder_layers,
-        decoder_layers=config.decoder_layers,
+        encoder=TextEncoderConfig(layers=config.encoder_layers),
+        decoder=DecoderConfig(layers=config.decoder_layers),
         d_ff=config.encoder_ffn_dim,
         norm="pre" if model_type in ("mbart", "m2m_100", "pegasus") else "post",
         positional="learned" if finite else "sinusoidal",

@@ -183,8 +183,8 @@ def ctranslate2_spec(model, config: ModelConfig, src_tokenizer, tgt_tokenizer):
     stack = dict(pre_norm=pre_norm, activation=common_spec.Activation.RELU)
     stack["num_heads_kv"] = config.num_kv_heads
     spec = transformer_spec.TransformerSpec(
-        transformer_spec.TransformerEncoderSpec(config.encoder_layers, config.num_heads, **stack),
-        transformer_spec.TransformerDecoderSpec(config.decoder_layers, config.num_heads, **stack),
+        transformer_spec.TransformerEncoderSpec(config.encoder.layers, config.num_heads, **stack),
+        transformer_spec.TransformerDecoderSpec(config.decoder.layers, config.num_heads, **stack),
     )
     enc_spec, dec_spec, encoder, decoder = spec.encoder, spec.decoder, model.encoder, model.decoder
     _embeddings(enc_spec, enc_spec.embeddings[0], encoder.embed, config)
@@ -231,9 +231,10 @@ def export_ctranslate2(
             f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}"
         )
     loaded = load_model_dir(model_dir)
-    if loaded.model_config.encoder != "text":
+    if loaded.model_config.encoder.kind != "text":
         raise CheckpointError(
-            f"{model_dir}: an image model (model.encoder {loaded.model_config.encoder}); "
+            f"{model_dir}: an image model (model.encoder.kind "
+            f"{loaded.model_config.encoder.kind}); "
             "CTranslate2 reads text"
         )
     if loaded.model_config.arch != "transformer":

@@ -102,7 +102,7 @@ class CTranslate2Translator:
         check_quantize(quantize)
         model_dir = Path(model_dir)
         meta, config = read_model_config(model_dir)
-        src_tokenizer, tgt_tokenizer = load_tokenizers(model_dir, meta)
+        src_tokenizer, tgt_tokenizer = load_tokenizers(model_dir, meta, config)
         generation = read_generation(model_dir)
         saved_int8 = "int8" if meta.get("ctranslate2", {}).get("quantization") == "int8" else None
         options = dict(

@@ -1,8 +1,9 @@
 """build_model: the one place where a config meets the model constructors.
 
-A model is EncoderDecoder(encoder, decoder): model.encoder says which encoder reads the source
-(text: the family's own; cnn, vit, torchvision:<name>: pixels, models/vision.py), model.arch
-which decoder writes the target.
+A model is EncoderDecoder(encoder, decoder): model.encoder.kind says which encoder reads the
+source (text: the family's own; cnn, vit, torchvision:<name>: pixels, models/vision.py) and the
+rest of model.encoder how; model.arch which decoder writes the target, model.decoder how; what
+both read (widths, heads, dropout, the RNN cell) is in model itself.
 """
 
 from __future__ import annotations
@@ -28,35 +29,37 @@ def _transformer_settings(c: ModelConfig, pad_id: int) -> dict:
         positional=c.positional,
         max_positions=c.max_positions,
         pad_id=pad_id,
-        tie_embeddings=c.tie_embeddings,
+        tie_embeddings=c.decoder.tie_embeddings,
     )
 
 
 def _rnn_decoder(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> AttentionDecoder:
-    attention = make_attention(c.attention, c.hidden_size, c.local_window)
+    d = c.decoder
+    attention = make_attention(d.attention, c.hidden_size, d.local_window)
     sizes = (c.d_model, c.hidden_size, c.rnn_cell, c.rnn_layers)  # embed_size is d_model
     return AttentionDecoder(
-        tgt_vocab_size, *sizes, attention, c.input_feeding, c.dropout, pad_id, c.copy
+        tgt_vocab_size, *sizes, attention, d.input_feeding, c.dropout, pad_id, d.copy
     )
 
 
 def _text_transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
     settings = _transformer_settings(c, pad_id)
     return transformer(
-        src_vocab_size, tgt_vocab_size, c.encoder_layers, c.decoder_layers, **settings
+        src_vocab_size, tgt_vocab_size, c.encoder.layers, c.decoder.layers, **settings
     )
 
 
 def _text_rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
-    if c.copy and (c.attention == "none" or src_vocab_size != tgt_vocab_size):
+    d = c.decoder
+    if d.copy and (d.attention == "none" or src_vocab_size != tgt_vocab_size):
         raise ValueError(
             "copy (the pointer-generator) points with attention at source ids that must "
             "be output ids: it needs attention and one vocabulary for both sides, got "
-            f"attention {c.attention!r} and vocabularies of {src_vocab_size} and "
+            f"attention {d.attention!r} and vocabularies of {src_vocab_size} and "
             f"{tgt_vocab_size}"
         )
-    sizes = (c.d_model, c.hidden_size, c.rnn_cell, c.rnn_layers, c.bidirectional, c.dropout)
-    encoder = RNNEncoder(src_vocab_size, *sizes, pad_id)
+    sizes = (c.d_model, c.hidden_size, c.rnn_cell, c.rnn_layers)  # embed_size is d_model
+    encoder = RNNEncoder(src_vocab_size, *sizes, c.encoder.bidirectional, c.dropout, pad_id)
     return encoder, _rnn_decoder(c, tgt_vocab_size, pad_id)
 
 
@@ -68,33 +71,33 @@ def _pixel_decoder(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> nn.Modul
     if c.arch == "rnn":
         return _rnn_decoder(c, tgt_vocab_size, pad_id)
     settings = _transformer_settings(c, pad_id)
-    return transformer_decoder(tgt_vocab_size, c.decoder_layers, **settings)
+    return transformer_decoder(tgt_vocab_size, c.decoder.layers, **settings)
 
 
 def _pixel_encoder(c: ModelConfig) -> nn.Module:
-    """The encoder model.encoder names, its regions as wide as the decoder reads them (the
+    """The encoder model.encoder describes, its regions as wide as the decoder reads them (the
     Transformer's d_model, the RNN's hidden size); models/vision.py."""
     from heedful.models import vision
 
-    width = c.d_model if c.arch == "transformer" else c.hidden_size
-    if c.encoder == "cnn":
+    width, e = (c.d_model if c.arch == "transformer" else c.hidden_size), c.encoder
+    if e.kind == "cnn":
         return vision.CNNEncoder(
-            width, c.cnn_channels, c.cnn_blocks, c.cnn_coords, c.cnn_layers, c.num_heads, c.d_ff
+            width, e.channels, e.blocks, e.coords, e.layers, c.num_heads, c.d_ff
         )
-    if c.encoder == "vit":
+    if e.kind == "vit":
         return vision.ViTEncoder(
-            c.image_size,
-            c.patch_size,
+            e.image_size,
+            e.patch_size,
             width,
             c.num_heads,
-            c.encoder_layers,
+            e.layers,
             c.d_ff,
             c.dropout,
             c.norm == "pre",
             c.positional,
             c.attention_dropout,
         )
-    trunk, channels = vision.torchvision_trunk(c.encoder.removeprefix("torchvision:"))
+    trunk, channels = vision.torchvision_trunk(e.name)
     return vision.BackboneEncoder(trunk, channels, width)  # weights: experiment, not here
 
 
@@ -103,18 +106,18 @@ def build_model(
 ) -> EncoderDecoder:
     """The model `config` describes. It carries the config as `model.config` (as nanoGPT's
     GPT(config) does), so that code holding a model asks it what it is: `model.config.arch`,
-    `model.config.attention`, never isinstance checks. An image model's source vocabulary has
-    no use."""
+    `model.config.decoder.attention`, never isinstance checks. An image model's source
+    vocabulary has no use."""
     c = config
-    if c.encoder == "text":
+    if c.encoder.kind == "text":
         encoder, decoder = TEXT_MODELS[c.arch](c, src_vocab_size, tgt_vocab_size, pad_id)
     else:  # the encoder first, then the decoder: the order their weights are drawn in
         encoder = _pixel_encoder(c)
         decoder = _pixel_decoder(c, tgt_vocab_size, pad_id)
-        if c.freeze_encoder:  # its trunk never learns (models/frozen.py)
+        if c.encoder.freeze:  # its trunk never learns (models/frozen.py)
             from heedful.models.frozen import freeze_trunk
 
             freeze_trunk(encoder)
-    model = EncoderDecoder(encoder, decoder, c.attention_penalty)
+    model = EncoderDecoder(encoder, decoder, c.decoder.attention_penalty)
     model.config = config  # a plain attribute: not a parameter, not in the state dict
     return model

@@ -1,13 +1,13 @@
-"""A frozen image encoder (model.freeze_encoder): which part is frozen, the module that computes
+"""A frozen image encoder (model.encoder.freeze): which part is frozen, the module that computes
 only that part (what data/features.py caches), and a model that reads the cached part in place
-of pixels (data.feature_cache).
+of pixels (data.source.feature_cache).
 
 What is frozen is the trunk: the layers from the pixels to the region grid, whose output
 (B, C, gh, gw) is a function of the image alone once they stop learning. For a CNN encoder
-that is its conv blocks (fed the image and, with cnn_coords, its coordinate channels); for a
-torchvision backbone, its stages up to the last feature map. What comes after stays
-trainable: the projection of each cell to D, the 2-D positions added to it (a fixed table)
-and a CNN's encoder layers over the cells. So a frozen pretrained backbone still learns
+that is its conv blocks (fed the image and, with model.encoder.coords, its coordinate
+channels); for a torchvision backbone, its stages up to the last feature map. What comes after
+stays trainable: the projection of each cell to D, the 2-D positions added to it (a fixed
+table) and a CNN's encoder layers over the cells. So a frozen pretrained backbone still learns
 *how its regions are read*, as Show, Attend and Tell trains over a fixed VGG (Xu et al. 2015,
 §4.3). A ViT has no such trunk: its patch embedding already is its projection to D.
 
@@ -38,8 +38,8 @@ def trunk_of(encoder: nn.Module) -> nn.Module:
     if isinstance(encoder, BackboneEncoder):
         return encoder.trunk
     raise ValueError(
-        f"{type(encoder).__name__} has no trunk to freeze: model.freeze_encoder takes "
-        "model.encoder cnn or torchvision:<name>"
+        f"{type(encoder).__name__} has no trunk to freeze: model.encoder.freeze takes "
+        "model.encoder.kind cnn or torchvision:<name>"
     )
 
 

@@ -1,4 +1,4 @@
-"""Pretrained backbone weights from a local file (model.encoder_weights), never a download.
+"""Pretrained backbone weights from a local file (model.encoder.weights), never a download.
 
 The file is what people have: a torchvision classifier's state dict (a .pth, read with
 weights_only=True so no code in a pickle can run) or the same tensors as safetensors. Its
@@ -24,28 +24,28 @@ from heedful.models.vision import BackboneEncoder, VisionError
 
 def load_backbone_weights(encoder: BackboneEncoder, path: str | Path) -> None:
     """Copy the trunk's tensors from the file at `path` into encoder.trunk (its head is left
-    out), or raise VisionError naming model.encoder_weights, the file and what does not fit."""
+    out), or raise VisionError naming model.encoder.weights, the file and what does not fit."""
     path = Path(path)
     if not path.is_file():
-        raise VisionError(f"model.encoder_weights: no such file {path}")
+        raise VisionError(f"model.encoder.weights: no such file {path}")
     state = _read(path)
     mine = encoder.trunk.state_dict()
     renamed, rest = _match_keys(list(mine), state)  # rest: tensors of no head
     missing = sorted(set(mine) - set(renamed))
     if missing:
         raise VisionError(
-            f"model.encoder_weights: {path} does not fit the backbone (missing {missing[:5]})"
+            f"model.encoder.weights: {path} does not fit the backbone (missing {missing[:5]})"
         )
     for key, tensor in renamed.items():
         if not isinstance(tensor, torch.Tensor) or tensor.shape != mine[key].shape:
             got = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise VisionError(
-                f"model.encoder_weights: {path}: {key} is {got}, the backbone's is "
+                f"model.encoder.weights: {path}: {key} is {got}, the backbone's is "
                 f"{list(mine[key].shape)}"
             )
     if rest:
         raise VisionError(
-            f"model.encoder_weights: {path} holds more layers than the backbone ({rest[:3]}): "
+            f"model.encoder.weights: {path} holds more layers than the backbone ({rest[:3]}): "
             "a deeper network's file?"
         )
     encoder.trunk.load_state_dict(renamed)
@@ -60,9 +60,9 @@ def _read(path: Path) -> dict:
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unreadable file is the same error to a user
-        raise VisionError(f"model.encoder_weights: cannot read {path}: {error}") from None
+        raise VisionError(f"model.encoder.weights: cannot read {path}: {error}") from None
     if not isinstance(state, dict):
-        raise VisionError(f"model.encoder_weights: {path} holds no state dict of tensors")
+        raise VisionError(f"model.encoder.weights: {path} holds no state dict of tensors")
     return state
 
 

@@ -24,17 +24,10 @@ if TYPE_CHECKING:
 
 SUFFIX = ".yaml"
 # The data keys that name files or folders: what a recipe cannot ship with it (config/__init__.py's
-# DataConfig, config/corpora.py's CorpusConfig), so what a user points at their own data.
-FILE_KEYS = (
-    *SPLIT_KEYS,
-    "images",
-    "captions",
-    "valid_captions",
-    "prepared",
-    "feature_cache",
-    "src_tokenizer",
-    "tgt_tokenizer",
-)
+# DataConfig and SourceConfig, config/corpora.py's CorpusConfig), so what a user points at their
+# own data.
+FILE_KEYS = (*SPLIT_KEYS, "captions", "valid_captions", "prepared", "tgt_tokenizer")
+SOURCE_FILE_KEYS = ("tokenizer", "images", "feature_cache")  # of data.source
 
 
 class RecipeError(ValueError):
@@ -103,11 +96,16 @@ def data_files(text: str) -> list[tuple[str, str]]:
     """(key, value) of every data file or folder a recipe names, keyed as config errors name
     keys ("data.train_src", "data.corpora[1].valid_tgt")."""
     data = (yaml.safe_load(text) or {}).get("data") or {}
-    found = [(f"data.{k}", v) for k, v in data.items() if k in FILE_KEYS and isinstance(v, str)]
+    found = _named(data, FILE_KEYS, "data.")
+    found += _named(data.get("source") or {}, SOURCE_FILE_KEYS, "data.source.")
     for i, corpus in enumerate(data.get("corpora") or ()):
-        named = [(k, v) for k, v in corpus.items() if k in FILE_KEYS and isinstance(v, str)]
-        found += [(f"data.corpora[{i}].{k}", v) for k, v in named]
+        found += _named(corpus, FILE_KEYS, f"data.corpora[{i}].")
     return found
+
+
+def _named(section: dict, keys: tuple[str, ...], prefix: str) -> list[tuple[str, str]]:
+    """(prefix + key, value) of the keys of `section` among `keys` that name a file."""
+    return [(prefix + k, v) for k, v in section.items() if k in keys and isinstance(v, str)]
 
 
 def header(recipe: Recipe, target: Path) -> str:

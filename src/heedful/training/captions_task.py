@@ -1,7 +1,7 @@
 """Image captioning, the task `heedful train` runs for a model.encoder that reads images
-(experiment.py): data from an image folder and captions files (data.images, data.captions,
-data.valid_captions), a target tokenizer given (data.tgt_tokenizer alone) or trained on the
-training captions (data.tokenizer, data.vocab_size, data.tokenizer_sample).
+(experiment.py): data from an image folder and captions files (data.source.images,
+data.captions, data.valid_captions), a target tokenizer given (data.tgt_tokenizer alone) or
+trained on the training captions (data.tokenizer, data.vocab_size, data.tokenizer_sample).
 
 The same pipeline as text: processes, rank logs, run directory, training loop, checkpoints,
 resume and the validator's shape (validation.py); the text keys an image model cannot read
@@ -11,8 +11,8 @@ caption, BLEU (sacreBLEU BLEU-4 against every reference of an image, as `bleu`, 
 stopping works unchanged), BLEU-1..3 and exact match against any reference, on the first
 data.valid_max_sentences images when that is set.
 
-With model.freeze_encoder and data.feature_cache, the frozen trunk (models/frozen.py) reads
-every training and validation image once, before training, into the cache folder
+With model.encoder.freeze and data.source.feature_cache, the frozen trunk (models/frozen.py)
+reads every training and validation image once, before training, into the cache folder
 (data/features.py, keyed by the trunk's weights and the ImageTransform; a second run or a
 resume reads it back), and the model trains and validates on those cells, the trunk passed
 over. They are held in memory: N images × S cells × C channels × 4 bytes (a ResNet-50 at 224
@@ -53,13 +53,14 @@ def _read(config: Config, key: str) -> list:
     from heedful.data.caption_files import read_captions
 
     data = config.data
-    path = getattr(data, key)
-    if path is None or data.images is None:
+    path, images = getattr(data, key), data.source.images
+    if path is None or images is None:
         raise ConfigError(
-            f"model.encoder {config.model.encoder} trains on images: give data.images (the "
-            "folder) and data.captions and data.valid_captions (the captions files)"
+            f"model.encoder.kind {config.model.encoder.kind} trains on images: give "
+            "data.source.images (the folder) and data.captions and data.valid_captions (the "
+            "captions files)"
         )
-    items = read_captions(path, data.images, data.captions_format, key=f"data.{key}")
+    items = read_captions(path, images, data.captions_format, key=f"data.{key}")
     if not items:
         raise CorpusError(f"data.{key}: {path}: no captioned images")
     return items
@@ -88,7 +89,7 @@ def _tokenizer(config: Config, items, echo):
 
 def _model(config: Config, latest: Path | None, items, transform, echo=print, given=None):
     """(model, ImageSource, target tokenizer): from the checkpoint resumed, or new (with the
-    backbone's weights from model.encoder_weights, when given) and the `given` target
+    backbone's weights from model.encoder.weights, when given) and the `given` target
     tokenizer (data.tgt_tokenizer) or one trained on the captions."""
     if latest is not None:
         loaded = resumed(latest, config)
@@ -101,10 +102,11 @@ def _model(config: Config, latest: Path | None, items, transform, echo=print, gi
     tgt_tok = given or _tokenizer(config, items, echo)
     seed_generators(config.train.seed)
     model = build_model(config.model, 0, len(tgt_tok))  # pixels: no source vocabulary
-    if config.model.encoder_weights is not None:
+    weights = getattr(config.model.encoder, "weights", None)  # torchvision:<name> only
+    if weights is not None:
         from heedful.models.pretrained import load_backbone_weights
 
-        load_backbone_weights(model.encoder, config.model.encoder_weights)
+        load_backbone_weights(model.encoder, weights)
     return model, ImageSource(transform), tgt_tok
 
 
@@ -170,7 +172,7 @@ class CachedCells:
 
 
 def _cache_folder(name: str | None) -> Path | None:
-    """data.feature_cache as a folder we can write to, made if missing (None: no cache)."""
+    """data.source.feature_cache as a folder to write to, made if missing (None: no cache)."""
     if name is None:
         return None
     folder = Path(name).expanduser()
@@ -180,11 +182,13 @@ def _cache_folder(name: str | None) -> Path | None:
             folder.mkdir(parents=True, exist_ok=True)
     except (OSError, ValueError) as error:  # a file on the way, no permission, a NUL in it
         why = getattr(error, "strerror", None) or error  # not the whole path once more
-        raise ConfigError(f"data.feature_cache: cannot make the folder {folder}: {why}") from None
+        raise ConfigError(
+            f"data.source.feature_cache: cannot make the folder {folder}: {why}"
+        ) from None
     if a_file:
-        raise ConfigError(f"data.feature_cache: {folder} is a file, not a folder")
+        raise ConfigError(f"data.source.feature_cache: {folder} is a file, not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"data.feature_cache: {folder} is not writable")
+        raise ConfigError(f"data.source.feature_cache: {folder} is not writable")
     return folder
 
 
@@ -195,14 +199,16 @@ def _sources(config: Config, model, splits, transform, folder, device, echo) -> 
         return [FileImages([path for path, _ in items], transform) for items in splits]
     from heedful.data.features import cached_features
 
-    grid = model.grid(config.model.image_size)
+    grid = model.grid(config.model.encoder.image_size)
     trunk = Trunk(model.encoder).to(device)  # the model's own modules, on the device
     loads = []
     for name, items in zip(("training", "validation"), splits):
         try:
             found = cached_features(trunk, [path for path, _ in items], transform, folder)
         except OSError as error:  # a full disk, a folder made read-only meanwhile
-            raise ConfigError(f"data.feature_cache: cannot write to {folder}: {error}") from None
+            raise ConfigError(
+                f"data.source.feature_cache: cannot write to {folder}: {error}"
+            ) from None
         echo(
             f"feature cache {folder}: {name} images {found.reused} reused, "
             f"{found.computed} computed, {found.rebuilt} rebuilt"
@@ -217,8 +223,8 @@ class CaptionData:
 
     train: list  # (image path, its captions) of data.captions
     valid: list  # of data.valid_captions, the first data.valid_max_sentences when set
-    transform: ImageTransform  # of model.image_size
-    cache: Path | None  # data.feature_cache, made and writable
+    transform: ImageTransform  # of model.encoder.image_size
+    cache: Path | None  # data.source.feature_cache, made and writable
     given: Tokenizer | None  # the target tokenizer of data.tgt_tokenizer
 
 
@@ -231,8 +237,8 @@ class CaptionTask:
         return CaptionData(
             train_items,
             valid_items[:limit] if limit else valid_items,
-            ImageTransform(size=config.model.image_size),
-            _cache_folder(config.data.feature_cache),
+            ImageTransform(size=config.model.encoder.image_size),
+            _cache_folder(config.data.source.feature_cache),
             None if path is None else given_tokenizer("data.tgt_tokenizer", path),
         )
 
@@ -245,7 +251,7 @@ class CaptionTask:
         """The training pairs (one per caption), and the validation; with a cache, both read
         the trunk's cells, computed first where the cache lacks them."""
         source, tgt_tok = tokenizers
-        regions = int(np.prod(model.grid(config.model.image_size)))
+        regions = int(np.prod(model.grid(config.model.encoder.image_size)))
         splits, cache = (data.train, data.valid), data.cache
         load, valid_load = _sources(config, model, splits, source.transform, cache, device, echo)
         pairs = caption_pairs(data.train, tgt_tok, config.data.max_length, load, regions)

@@ -50,7 +50,7 @@ class Task(Protocol):
 
 def task_for(config: Config) -> Task:
     """Captions for an image encoder (issue 12), translation for text."""
-    return TextTask() if config.model.encoder == "text" else CaptionTask()
+    return TextTask() if config.model.encoder.kind == "text" else CaptionTask()
 
 
 def _voice(dist: Distributed, run_dir: Path, rank_logs: bool, echo):

@@ -10,7 +10,7 @@ from heedful.config import Config, ConfigError
 
 
 def given_tokenizer(key: str, path: str):
-    """The tokenizer file a config key names (data.src_tokenizer, data.tgt_tokenizer)."""
+    """The tokenizer file a config key names (data.source.tokenizer, data.tgt_tokenizer)."""
     from heedful.data.tokenizers import load_tokenizer
 
     try:

@@ -1,6 +1,6 @@
-"""Text translation, the task `heedful train` runs for model.encoder text (experiment.py):
+"""Text translation, the task `heedful train` runs for model.encoder.kind text (experiment.py):
 parallel text from aligned files, a TSV, JSON Lines or several corpora (data.corpora), or
-token ids prepared once (data.prepared); tokenizers given (data.src_tokenizer and
+token ids prepared once (data.prepared); tokenizers given (data.source.tokenizer and
 data.tgt_tokenizer) or trained on the training text; validation by BLEU and chrF.
 """
 
@@ -111,19 +111,19 @@ def _check_valid_lengths(src_ids, config: Config) -> None:
 
 
 def _given_tokenizers(config: Config):
-    """The tokenizers named by data.src_tokenizer / data.tgt_tokenizer, or None."""
-    data = config.data
-    if data.src_tokenizer is None:
+    """The tokenizers named by data.source.tokenizer / data.tgt_tokenizer, or None."""
+    data, source = config.data, config.data.source.tokenizer
+    if source is None:
         return None
     loaded = [
-        given_tokenizer("data.src_tokenizer", data.src_tokenizer),
+        given_tokenizer("data.source.tokenizer", source),
         given_tokenizer("data.tgt_tokenizer", data.tgt_tokenizer),
     ]
     if data.corpora:  # a multilingual model reads each target token as one symbol
         from heedful.data.languages import check_symbols
 
         try:
-            check_symbols(loaded[0], data.pairs(), f"data.src_tokenizer ({data.src_tokenizer})")
+            check_symbols(loaded[0], data.pairs(), f"data.source.tokenizer ({source})")
         except ValueError as error:
             raise ConfigError(str(error)) from None
     return tuple(loaded)
@@ -166,7 +166,7 @@ def _model_and_tokenizers(config: Config, latest: Path | None, given, train_pair
         if given is not None and not all(map(same_tokenizer, tokenizers, given)):
             raise CheckpointError(
                 f"{latest}: its tokenizers differ from the ones the data was encoded with "
-                "(data.prepared or data.src_tokenizer); use --force to start over"
+                "(data.prepared or data.source.tokenizer); use --force to start over"
             )
         return loaded.model, *tokenizers
     src_tok, tgt_tok = given or _new_tokenizers(config, train_pairs, echo)
@@ -193,7 +193,7 @@ class TrainingData:
     """What a run trains and validates on, read and checked before anything else happens."""
 
     valid: list[tuple[str, str]]
-    given: tuple | None  # tokenizers the data fixes (data.src_tokenizer, or a prepared dir's)
+    given: tuple | None  # tokenizers the data fixes (data.source.tokenizer, or a prepared dir's)
     text: list[tuple[str, str]] | None  # the training pairs as text, when read into memory
     prepared: Pairs | None  # the training pairs as ids, memory-mapped from data.prepared
 

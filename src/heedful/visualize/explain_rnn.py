@@ -40,7 +40,7 @@ def _rnn_sections(translator, out: Output, ti: int, maps, states, top: int) -> l
     best = probs.topk(min(top, probs.numel()))
     tgt = translator.tgt_tokenizer
     labels = [at("h̄", source, j) for j in range(len(source))]
-    formula = SCORES[translator.config.attention].formula  # score(h_t, h̄_s)
+    formula = SCORES[translator.config.decoder.attention].formula  # score(h_t, h̄_s)
     states_lines = rows(labels, [vec(states[j], 4) for j in range(len(source))])
     return [
         Section(
@@ -88,7 +88,7 @@ def _rnn_sections(translator, out: Output, ti: int, maps, states, top: int) -> l
 def check_rnn_request(translator, kind: str, layer: int | None, head: int | None) -> None:
     """What an RNN cannot explain, refused before anything is translated."""
     config = translator.config
-    if config.attention == "none":
+    if config.decoder.attention == "none":
         raise ValueError("this RNN has no attention (rnn-none): there is no computation to explain")
     if kind != "cross":
         raise ValueError(
@@ -109,7 +109,7 @@ def explain_rnn(translator, out: Output, position: int, top: int) -> Explanation
     with torch.no_grad():
         states = translator.model.encode(out.src).states[0]  # (S, N)
     heading = (
-        f"{SCORES[translator.config.attention].label} attention, output step {ti + 1}, "
+        f"{SCORES[translator.config.decoder.attention].label} attention, output step {ti + 1}, "
         f"which reads {out.inputs[ti]!r} and predicts {out.output_tokens[ti]!r}"
     )
     sections = _rnn_sections(translator, out, ti, maps, states, top)

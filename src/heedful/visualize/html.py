@@ -37,11 +37,14 @@ SCRIPTS = (
     "replay.js",
     "image.js",
     "calc.js",
+    "calc_linear.js",
     "calc_rnn.js",
     "pipeline.js",
     "modelview.js",
     "rnn_steps.js",
+    "bottleneck.js",
     "block.js",
+    "block_diagram.js",
     "viewer.js",
 )
 

@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from torch import nn
 
 DECIMALS = 5  # a trace's rounding: small files, and still 1e-5 from the model's numbers
-# Numbers of internals a trace may hold (all hypotheses together), about 1 MB of JSON: a
-# d_model 64, 2+2-layer Transformer keeps them for 40 source and 40 output tokens (97,280, of
-# which 51,200 the drawn encoder block).
-INTERNALS_MAX_NUMBERS = 100_000
+# Numbers of internals a trace may hold (all hypotheses together), about 1.3 MB of JSON: a
+# d_model 64, 2+2-layer Transformer keeps them for 40 source and 40 output tokens (120,321, of
+# which 51,200 the drawn encoder block and 23,040 what the decoder's W_Q and W_O read).
+INTERNALS_MAX_NUMBERS = 125_000
 # Positions of the positional encoding a trace holds (internals.block.positional): at least this
 # many, so its per-dimension curves show a shape, and at least the source's.
 PE_POSITIONS = 32
@@ -51,15 +51,18 @@ def internals_size(config, source_length: int, output_lengths: list[int]) -> int
     if config.arch == "transformer":
         d = config.d_model  # H heads × d_k
         d_kv = d // config.num_heads * (config.num_kv_heads or config.num_heads)  # H_kv × d_k
-        shared = (config.encoder_layers * (d + 2 * d_kv) + config.decoder_layers * 2 * d_kv) * s
-        block = (len(BLOCK_TENSORS) * config.encoder_layers + 1) * s * d  # + embedding rows
+        shared = (config.encoder.layers * (d + 2 * d_kv) + config.decoder.layers * 2 * d_kv) * s
+        block = (len(BLOCK_TENSORS) * config.encoder.layers + 1) * s * d  # + embedding rows
         shared += block + pe_positions(config, s) * d + 1  # + the scale √D
-        return shared + config.decoder_layers * total_t * 2 * (d + d_kv)  # dec q, k, v; cross q
+        shared += s * d  # cross.memory, what every cross-attention's W_K and W_V read
+        per_t = 2 * (d + d_kv) + 4 * d  # dec q, k, v; cross q; dec and cross x and z
+        return shared + config.decoder.layers * total_t * per_t
     n, e = config.hidden_size, config.d_model  # build.py: embed_size = d_model
     embeddings = s * e + total_t * e  # encoder_inputs, decoder_inputs
-    if config.attention == "none":
-        return embeddings + s * n + total_t * n  # h̄_s and h̃_t
-    return embeddings + 2 * s * n + n + 2 * total_t * n  # h̄_s, score keys, v; h̃_t, queries
+    start = 2 * n  # encoder_final, decoder_start: the bridge's input and output
+    if config.decoder.attention == "none":
+        return embeddings + start + s * n + total_t * n  # h̄_s and h̃_t
+    return embeddings + start + 2 * s * n + n + 2 * total_t * n  # h̄_s, keys, v; h̃_t, queries
 
 
 def _attention_modules(model: nn.Module) -> dict[str, nn.Module]:
@@ -71,37 +74,54 @@ def _attention_modules(model: nn.Module) -> dict[str, nn.Module]:
     }
 
 
+def _first_input(inputs, output):
+    return inputs[0]
+
+
+def _first_output(inputs, output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _keeper(captured: dict):
+    """keep(key, take): a forward hook appending take(inputs, output) to captured[key] at
+    every call (take defaults to the module's output)."""
+
+    def keep(key, take=_first_output):
+        def hook(module, inputs, output):
+            captured.setdefault(key, []).append(take(inputs, output))
+
+        return hook
+
+    return keep
+
+
 @contextmanager
 def recording(model: nn.Module) -> Iterator[dict]:
     """Within the block, every projection the model runs is kept in the yielded dict:
     Transformer ("encoder" | "decoder" | "cross", layer, "q" | "k" | "v") -> (1, H, L, d_k)
-    (k, v: H_kv heads) and, for grouped-query attention, ("kv", None, "heads") -> [H] the K, V
-    head each head reads;
-    RNN "encoder" -> (1, S, N), "combine" -> the W_c [h_t; c_t] of each call (1, t, N) and
-    "encoder_inputs" / "decoder_inputs" -> the embedding rows the two RNNs read (1, S or T, E)."""
+    (k, v: H_kv heads), ("decoder" | "cross", layer, "x" | "z") -> (1, T, D) what W_Q reads
+    and what W_O reads (the heads' outputs side by side), ("cross", 0, "memory") -> (1, S, D)
+    what cross-attention's W_K and W_V read and, for grouped-query attention,
+    ("kv", None, "heads") -> [H] the K, V head each head reads;
+    RNN "encoder" -> (1, S, N), "combine" -> the W_c [h_t; c_t] of each call (1, t, N),
+    "encoder_inputs" / "decoder_inputs" -> the embedding rows the two RNNs read (1, S or T, E)
+    and "bridge" -> (h_final, W_s h_final + b_s) (layers, 1, N) each, the decoder's start."""
     captured: dict = {}
+    keep = _keeper(captured)
     handles = []
-
-    def keep(key, split=None):
-        def hook(module, inputs, output):
-            value = output[0] if isinstance(output, tuple) else output
-            captured.setdefault(key, []).append(split(value) if split else value)
-
-        return hook
-
     if model.config.arch == "transformer":
         attn = model.decoder.layers[0].self_attn  # every attention of a model groups alike
         if attn.num_kv_heads != attn.num_heads:
             captured[("kv", None, "heads")] = [attn.kv_head(h) for h in range(attn.num_heads)]
         for kind, modules in _attention_modules(model).items():
             for layer, attn in enumerate(modules):
-                for name, linear in attn.parts("q", "k", "v").items():
-                    hook = keep((kind, layer, name), attn.split_heads)
-                    handles.append(linear.register_forward_hook(hook))
+                handles += _attention_hooks(keep, kind, layer, attn)
         handles += _block_hooks(model, captured)
     else:
         handles.append(model.encoder.register_forward_hook(keep("encoder", _states)))
         handles.append(model.decoder.combine.register_forward_hook(keep("combine")))
+        bridge = keep("bridge", lambda inputs, output: (inputs[0], output))
+        handles.append(model.decoder.bridge.register_forward_hook(bridge))
         for side in ("encoder", "decoder"):
             embedding = getattr(model, side).embedding
             handles.append(embedding.register_forward_hook(keep(side + "_inputs")))
@@ -112,41 +132,47 @@ def recording(model: nn.Module) -> Iterator[dict]:
             handle.remove()
 
 
-def _states(memory) -> torch.Tensor:
+def _states(inputs, memory) -> torch.Tensor:
     """The encoder states h̄_s (1, S, N) of the memory an RNN encoder returns."""
     return memory.states
+
+
+def _attention_hooks(keep, kind: str, layer: int, attn: nn.Module) -> list:
+    """One attention's hooks, on the parts it declares (MultiHeadAttention.parts): its Q, K, V
+    split into heads and, outside the encoder (whose block keeps them), the inputs of W_Q and
+    W_O; cross-attention's first layer also keeps the memory its W_K reads."""
+    handles = []
+    for name, linear in attn.parts("q", "k", "v").items():
+        split = keep((kind, layer, name), lambda i, o: attn.split_heads(_first_output(i, o)))
+        handles.append(linear.register_forward_hook(split))
+    if kind == "encoder":
+        return handles
+    w_q, w_k, w_o = attn.parts("q", "k", "o").values()
+    handles.append(w_q.register_forward_hook(keep((kind, layer, "x"), _first_input)))
+    handles.append(w_o.register_forward_hook(keep((kind, layer, "z"), _first_input)))
+    if kind == "cross" and layer == 0:  # every layer's W_K reads the same memory
+        handles.append(w_k.register_forward_hook(keep(("cross", 0, "memory"), _first_input)))
+    return handles
 
 
 def _block_hooks(model: nn.Module, captured: dict) -> list:
     """Hooks keeping what the drawn encoder block shows: ("block", layer, name) -> (1, S, D)
     for the names of BLOCK_TENSORS, and ("block", None, "tokens") the unscaled embedding rows."""
-
-    def keep(key, take):
-        def hook(module, inputs, output):
-            captured.setdefault(key, []).append(take(inputs, output))
-
-        return hook
-
-    def first_input(inputs, output):
-        return inputs[0]
-
-    def first_output(inputs, output):
-        return output[0] if isinstance(output, tuple) else output
-
+    keep = _keeper(captured)
     embed = model.encoder.embed
-    handles = [embed.tokens.register_forward_hook(keep(("block", None, "tokens"), first_output))]
+    handles = [embed.tokens.register_forward_hook(keep(("block", None, "tokens"), _first_output))]
     for i, layer in enumerate(model.encoder.layers):
         w_o = layer.self_attn.parts()["o"]  # reads the heads side by side, writes the output
         watched = {  # name -> (module, which end of it)
-            "x": (layer, first_input),
-            "out": (layer, first_output),
-            "z": (w_o, first_input),
-            "attn_out": (w_o, first_output),
-            "attn_norm_in": (layer.attn_block.norm, first_input),
-            "attn_norm_out": (layer.attn_block.norm, first_output),
-            "ff_out": (layer.feed_forward, first_output),
-            "ff_norm_in": (layer.ff_block.norm, first_input),
-            "ff_norm_out": (layer.ff_block.norm, first_output),
+            "x": (layer, _first_input),
+            "out": (layer, _first_output),
+            "z": (w_o, _first_input),
+            "attn_out": (w_o, _first_output),
+            "attn_norm_in": (layer.attn_block.norm, _first_input),
+            "attn_norm_out": (layer.attn_block.norm, _first_output),
+            "ff_out": (layer.feed_forward, _first_output),
+            "ff_norm_in": (layer.ff_block.norm, _first_input),
+            "ff_norm_out": (layer.ff_block.norm, _first_output),
         }
         for name, (module, take) in watched.items():
             handles.append(module.register_forward_hook(keep(("block", i, name), take)))
@@ -184,31 +210,36 @@ def rounded(x: torch.Tensor | None, decimals: int = DECIMALS) -> list | None:
 
 
 def transformer_internals(captured: dict, decimals: int) -> tuple[dict, dict]:
-    """(shared, per hypothesis): encoder q, k, v and cross k, v [L][H][S][d_k], the same for
-    every hypothesis; decoder q, k, v and cross q [L][H][T][d_k] of this one. With grouped-query
-    attention k and v have H_kv heads and shared "kv_heads" [H] says which one each head reads."""
+    """(shared, per hypothesis): encoder q, k, v and cross k, v [L][H][S][d_k] and the memory
+    cross-attention's W_K and W_V read [S][D], the same for every hypothesis; this one's
+    decoder q, k, v and cross q [L][H][T][d_k], and for both what W_Q read (x) and what W_O
+    read (z, the heads' outputs side by side) [L][T][D]. With grouped-query attention k and v
+    have H_kv heads and shared "kv_heads" [H] says which one each head reads."""
     import torch
 
-    def stack(kind, name):  # per layer (1, H, len, d_k) -> (L, H, len, d_k)
+    def stack(kind, name):  # per layer (1, H, len, d_k) -> (L, H, len, d_k), (1, T, D) -> (L, T, D)
         layers = sorted(layer for k, layer, n in captured if k == kind and n == name)
         return rounded(torch.cat([captured[(kind, i, name)][0] for i in layers]), decimals)
 
+    memory = captured[("cross", 0, "memory")][0][0]  # (S, D)
     shared = {
         "encoder": {name: stack("encoder", name) for name in ("q", "k", "v")},
-        "cross": {name: stack("cross", name) for name in ("k", "v")},
+        "cross": {"k": stack("cross", "k"), "v": stack("cross", "v")},
     }
+    shared["cross"]["memory"] = rounded(memory, decimals)
     if ("kv", None, "heads") in captured:  # absent, as before, when every head has its own
         shared["kv_heads"] = captured[("kv", None, "heads")]
     own = {
-        "decoder": {name: stack("decoder", name) for name in ("q", "k", "v")},
-        "cross": {"q": stack("cross", "q")},
+        "decoder": {name: stack("decoder", name) for name in ("q", "k", "v", "x", "z")},
+        "cross": {name: stack("cross", name) for name in ("q", "x", "z")},
     }
     return shared, own
 
 
 def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tuple[dict, dict]:
     """(shared, per hypothesis): encoder states h̄_s [S][N], the score's key parts, the source's
-    embedding rows [S][E] and what the decoder RNN reads besides them; this hypothesis's
+    embedding rows [S][E], what the decoder RNN reads besides them, the encoder's final state
+    and the decoder's start state made from it [N]; this hypothesis's
     attentional states h̃_t = tanh(W_c [h_t; c_t]) [T][N], query parts and the embedding rows
     of y_{t-1} (<s> at t = 1) the decoder RNN read [T][E]."""
     import torch
@@ -219,6 +250,11 @@ def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tupl
     reads = "embedding, attentional" if model.decoder.input_feeding else "embedding"
     shared = {"encoder_states": rounded(states, decimals), "score_keys": None, "score_v": None}
     shared["encoder_inputs"] = rounded(captured["encoder_inputs"][0][0], decimals)  # (S, E)
+    # the decoder's start s_0 = tanh(W_s h_final + b_s) (Bahdanau A.2.2), its top layer: the
+    # only way the source reaches a decoder without attention (an LSTM's c_0 is the 2nd call)
+    final, bridged = captured["bridge"][0]  # (layers, 1, N) each
+    shared["encoder_final"] = rounded(final[-1, 0], decimals)  # (N,)
+    shared["decoder_start"] = rounded(torch.tanh(bridged[-1, 0]), decimals)  # (N,)
     shared["decoder_reads"] = reads  # with input feeding, h̃_{t-1} too (zeros at t = 1)
     own = {"attentional": rounded(attentional, decimals), "score_queries": None}
     own["decoder_inputs"] = rounded(decoder_inputs, decimals)
@@ -231,14 +267,12 @@ def rnn_internals(captured: dict, model: nn.Module, maps, decimals: int) -> tupl
 
 def records_internals(translator, asked: bool | None, source_length: int, hyps) -> bool:
     """Whether the trace records internals: as `asked`, or (None) while they stay within
-    INTERNALS_MAX_NUMBERS; never for an ensemble, and refused for a Hugging Face model."""
-    if hasattr(translator.model, "members"):  # an ensemble: no one model's internals
+    INTERNALS_MAX_NUMBERS; never for an ensemble (no one model's) nor a Hugging Face model,
+    whose modules the hooks do not know: its trace says model.hf, and the viewer names the
+    `heedful explain` that computes a cell from that model's own projections instead."""
+    if hasattr(translator.model, "members") or getattr(translator.model, "hf_model_type", None):
         return False
-    hf_model = getattr(translator.model, "hf_model_type", None)  # heedful.hf's adapter
-    if asked and hf_model:
-        raise ValueError(f"internals are recorded for heedful's own models, not {hf_model}")
     if asked is None:
         lengths = [len(h.produced(EOS_ID)) for h in hyps]
-        small = internals_size(translator.config, source_length, lengths) <= INTERNALS_MAX_NUMBERS
-        return small and not hf_model
+        return internals_size(translator.config, source_length, lengths) <= INTERNALS_MAX_NUMBERS
     return asked

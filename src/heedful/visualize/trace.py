@@ -157,16 +157,17 @@ class Trace:
 # ---- building a trace: Translator.search, then .replay (teacher forcing) per hypothesis ----
 
 
-def model_info(config) -> dict:
-    """The trace's "model": its family and the layers × heads its attention maps have."""
+def model_info(config, hf: str | None = None) -> dict:
+    """The trace's "model": its family, its maps' layers × heads, a Hugging Face model's type."""
+    decoder = config.decoder
     if config.arch == "rnn":
-        extra = {"window": config.local_window} if config.is_local() else {}
-        extra |= {"copy": True} if config.copy else {}  # See et al. 2017's pointer-generator
-        if config.attention in SCORES:  # its formula and form, for the viewer (scores.py)
-            extra["score"] = SCORES[config.attention].describe(config.hidden_size)
+        extra = {"window": decoder.local_window} if decoder.is_local() else {}
+        extra |= {"copy": True} if decoder.copy else {}  # See et al. 2017's pointer-generator
+        if decoder.attention in SCORES:  # its formula and form, for the viewer (scores.py)
+            extra["score"] = SCORES[decoder.attention].describe(config.hidden_size)
         return {
             "arch": "rnn",
-            "attention": config.attention,
+            "attention": decoder.attention,
             "encoder_layers": 1,
             "decoder_layers": 1,
             "heads": 1,
@@ -175,9 +176,10 @@ def model_info(config) -> dict:
     return {
         "arch": "transformer",
         "attention": "multi-head",
-        "encoder_layers": config.encoder_layers,
-        "decoder_layers": config.decoder_layers,
+        "encoder_layers": config.encoder.layers,
+        "decoder_layers": decoder.layers,
         "heads": config.num_heads,
+        **({"hf": hf} if hf else {}),
     }
 
 
@@ -330,7 +332,8 @@ def build_trace(
     internals: record what the viewer's calculation panels need (per-head Q, K, V; RNN
         encoder and attentional states): None does so while they stay within
         INTERNALS_MAX_NUMBERS numbers (docs/trace-schema.md), True always, False never; an
-        image model has none (engine.py: refused by name when asked for).
+        image model has none (engine.py: refused by name when asked for), nor a Hugging Face
+        model (its panels name the `heedful explain` to run).
     prefix: target text the outputs must start with. sampling: SearchSettings' sampling
         fields (temperature, top_k, top_p, seed): draw n_best outputs instead of searching.
     target, source: the language pair, as Translator.translate takes them: a multilingual
@@ -383,7 +386,7 @@ def _trace(translator, item, search: dict, traced: list) -> Trace:
     self-attention, shared internals); an image model's with its picture, grid and rollout."""
     side, encoder = translator.source, traced[0][1]
     trace = Trace(
-        model=model_info(translator.config),
+        model=model_info(translator.config, getattr(translator.model, "hf_model_type", None)),
         source=side.describe(item),
         source_tokens=side.seen(item),  # <unk> (猫) where it saw one; a picture's regions
         search=search,

@@ -65,7 +65,7 @@ def add_picture(trace, item, config, grid: tuple[int, int], encoder) -> None:
     model saw it, the grid and, from `encoder` (its self-attention (L, H, S, S), or None), the
     rollout."""
     rollout = None
-    trace.model["encoder"] = config.encoder
+    trace.model["encoder"] = config.encoder.kind
     if encoder is not None:
         trace.model["encoder_layers"] = encoder.size(0)  # the ViT's layers, whatever the config
         rollout = np.round(attention_rollout(encoder.double().cpu().numpy()), DECIMALS).tolist()

@@ -24,13 +24,14 @@ def estimated_json_bytes(
     s, t = source_length, output_length
     if config.arch == "transformer":
         heads = config.num_heads
-        per_output = config.decoder_layers * heads * (t * s + t * t)  # cross + decoder self
+        per_output = config.decoder.layers * heads * (t * s + t * t)  # cross + decoder self
         per_output *= _WEIGHT_BYTES
-        shared = config.encoder_layers * heads * s * s * _WEIGHT_BYTES  # encoder self-attention
+        shared = config.encoder.layers * heads * s * s * _WEIGHT_BYTES  # encoder self-attention
     else:
         per_output = t * s * (_WEIGHT_BYTES + _SCORE_BYTES)  # weights and scores
         per_output += 2 * t * config.hidden_size * _STATE_BYTES  # h_t and c_t
-        per_output += t * _SCORE_BYTES * (config.is_local() + config.copy)  # p_t, p_gen
+        decoder = config.decoder
+        per_output += t * _SCORE_BYTES * (decoder.is_local() + decoder.copy)  # p_t, p_gen
         shared = 0
     per_output += 4 * TOP_K * t * _WEIGHT_BYTES  # a candidate is a token and a probability
     # internals are kept only while within the limit: a trace of shorter outputs may keep them

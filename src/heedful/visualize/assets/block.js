@@ -1,26 +1,11 @@
-// The Transformer's block, drawn: one encoder layer as boxes and arrows, each box opening the
-// model's own numbers for every source position (trace.internals.block), and the positional
-// encoding the model adds: its table, a few of its dimensions as curves, and PE·PEᵀ.
+// The Transformer's block, drawn: one encoder layer as boxes and arrows (block_diagram.js),
+// each box opening the model's own numbers for every source position (trace.internals.block),
+// and the positional encoding the model adds: its table, a few of its dimensions as curves,
+// and PE·PEᵀ.
 
 const blockData = () => (trace.internals && trace.internals.block) || null;
 const headSize = () => blockData().tokens[0].length / (model.heads || 1);
 
-// The boxes of one layer in the model's order: [id, title, formula]. Post-norm (the paper):
-// x → attention → Add & Norm → FFN → Add & Norm; pre-norm: Norm → attention → Add, and so on.
-function blockBoxes(block, layer) {
-  const input = layer === 0 ? ["embed", "x = embedding \u00D7 \u221Ad_model + PE", "the layer's input"]
-    : ["x", "x", "the output of layer " + layer];
-  const heads = ["z", "Multi-head attention", "z_h = softmax(Q_h K_h\u1D40 / \u221Ad_k) V_h, one per head"];
-  const concat = ["attn_out", "Concat \u00B7 W_O", "concat(z_1 \u2026 z_H) W_O\u1D40 + b_O"];
-  const ff = ["ff_out", "Feed-forward", "max(0, h W_1 + b_1) W_2 + b_2"];
-  if (block.norm === "pre") {
-    return [input, ["attn_norm", "LayerNorm", "LN(x), what attention reads"], heads, concat,
-      ["ff_norm", "Add, LayerNorm", "h = x + attention; LN(h), what the feed-forward reads"], ff,
-      ["out", "Add", "h + feed-forward"]];
-  }
-  return [input, heads, concat, ["attn_norm", "Add & LayerNorm", "LN(x + attention)"], ff,
-    ["ff_norm", "Add & LayerNorm", "LN(h + feed-forward)"]];
-}
 // The tables a box opens: [name, title, matrix [S][n]].
 function boxTables(block, layer, id) {
   const data = block.layers[layer];
@@ -73,35 +58,13 @@ function numberTable(name, title, matrix) {
 function openBox(id) {
   const block = blockData();
   const layer = +$("block-layer").value;
-  state.blockBox = id;
-  for (const box of $("block-diagram").querySelectorAll(".block-box")) {
-    box.setAttribute("aria-pressed", String(box.dataset.box === id));
-  }
+  pressBox(id);
   const out = $("block-numbers");
   out.textContent = "";
   for (const [name, title, matrix] of boxTables(block, layer, id)) {
     out.appendChild(numberTable(name, title, matrix));
   }
 }
-function renderBlockDiagram() {
-  const block = blockData();
-  const layer = +$("block-layer").value;
-  const diagram = $("block-diagram");
-  diagram.textContent = "";
-  const boxes = blockBoxes(block, layer);
-  boxes.forEach(([id, title, formula], i) => {
-    if (i) diagram.appendChild(el("div", "block-arrow", "\u2193"));
-    const box = el("button", "block-box");
-    box.type = "button";
-    box.dataset.box = id;
-    box.append(el("b", null, title), el("span", "formula", formula));
-    box.addEventListener("click", () => openBox(id));
-    diagram.appendChild(box);
-  });
-  const keep = boxes.some(([id]) => id === state.blockBox) ? state.blockBox : boxes[0][0];
-  openBox(keep);
-}
-
 // ---- the positional encoding --------------------------------------------------------------
 // Every figure has axes: what its rows and columns are, and their indices every few cells.
 const AXIS_LEFT = 46, AXIS_TOP = 30;
@@ -210,6 +173,10 @@ function renderBlock() {
   const block = blockData();
   const ok = model.arch === "transformer" && block !== null;
   setAvailable("block", ok, model.arch !== "transformer" ? "This view is for Transformer models."
+    : model.hf ? "This view draws heedful's own Transformer layer from the numbers its trace " +
+      "records; a Hugging Face model's trace (" + model.hf + ") has none. `heedful explain " +
+      "MODEL_DIR SENTENCE --kind encoder --layer L` prints what a layer's W_Q reads and one " +
+      "head's attention from that model's own numbers."
     : "This view needs the trace's internals.block (build_trace(..., internals=True)).");
   if (!ok) return;
   renderBlockDiagram();

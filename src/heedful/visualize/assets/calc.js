@@ -92,10 +92,13 @@ function headCalculation(p, i) {
   }
   return { rows, output };
 }
-const HEAD_COLUMNS = ["j", "key", "k_j", "q\u00B7k_j", "|k_j|", "cos \u03B8", "\u00F7\u221Ad_k", "masked",
+const HEAD_COLUMNS = ["j", "key", "k_j", "q \u2299 k_j (its sum: q\u00B7k_j)", "q\u00B7k_j", "|k_j|", "cos \u03B8", "\u00F7\u221Ad_k", "masked",
   "exp(s \u2212 max)", "weight", "", "trace", "v_j", "weight \u00D7 v_j"];
-function renderHeadCalc(body, p, calc) {
+function renderHeadCalc(body, p, calc, where) {
+  const inputs = headInputs(where.kind, where.layer);
+  if (inputs) renderLinear(body, p, where, inputs);
   const q = el("p", "calc-line");
+  q.dataset.part = "calc-q";
   q.append(el("b", null, "q = "), el("span", "vec", vecText(p.q, 8)), el("span", "note-inline",
     "  d_k = " + p.q.length + ", \u221Ad_k = " + fmt(Math.sqrt(p.q.length), 4) + ", |q| = " +
     fmt(Math.sqrt(dot(p.q, p.q)), 4) + "; q\u00B7k_j = |q| |k_j| cos \u03B8"));
@@ -110,6 +113,8 @@ function renderHeadCalc(body, p, calc) {
     numCell(row, "j", String(r.j + 1));
     numCell(row, "key", tokenChip(p.keys[r.j]));
     numCell(row, "k", p.k[r.j]);
+    const strip = productStrip(p.q, p.k[r.j]);
+    numCell(row, "qk", strip).dataset.vector = strip.dataset.vector;
     numCell(row, "dot", r.product);
     numCell(row, "norm", r.norm);
     numCell(row, "cos", r.cos);
@@ -127,6 +132,7 @@ function renderHeadCalc(body, p, calc) {
   out.dataset.vector = JSON.stringify(calc.output);
   out.append(el("b", null, "head output = \u03A3_j weight_j \u00D7 v_j = "), el("span", "vec", vecText(calc.output, 8)));
   body.append(q, table, out);
+  renderOutputCheck(body, calc.output, inputs, where);
 }
 // On a mean of heads, the cell shown is no one head's weight: each head's weight of the key,
 // their mean (the cell), and a button that opens that head's calculation.
@@ -169,7 +175,7 @@ function openHeadCalc(kind, layer, head, i, key) {
     "then the weighted sum of the values v_j. Masked keys (the future) score \u2212\u221E, so exp gives 0." +
     sharedKV(head);
   if (!p) return null;
-  renderHeadCalc($("calc-body"), p, headCalculation(p, i));
+  renderHeadCalc($("calc-body"), p, headCalculation(p, i), { kind, layer, head, i });
   const row = key == null ? null : $("calc-body").querySelector('.calc-table tr[data-key="' + key + '"]');
   if (row) row.classList.add("clicked"); // the key clicked, in its head's calculation
   return p;

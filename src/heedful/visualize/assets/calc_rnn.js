@@ -119,6 +119,31 @@ function openRnnCalc(t) {
 const INTERNALS_MISSING = "This trace holds only the attention weights, not the numbers " +
   "they are made from (it was too large, or made without them): build it with " +
   "build_trace(..., internals=True) to see the whole calculation.";
+// A Hugging Face model's trace has no internals (the hooks know heedful's own modules): the
+// `heedful explain` that computes this cell from that model's projections, counted from 1.
+const shellQuoted = (text) => "'" + String(text).replace(/'/g, "'\\''") + "'";
+function hfAdvice(kind, layer, head, position) {
+  const args = { kind: { enc: "encoder", dec: "decoder", cross: "cross" }[kind], layer: layer + 1, head: head + 1 };
+  if (position != null) args.position = position + 1;
+  const options = Object.entries(args).map(([k, v]) => "--" + k + " " + v).join(" ");
+  const text = "This is a Hugging Face model's trace (" + model.hf + "): it holds the attention " +
+    "weights, not the queries, keys and values they are made from, which heedful records for its " +
+    "own models only. To see " + (position == null ? "each query's" : "this cell's") +
+    " calculation with the model's own numbers, run: heedful explain MODEL_DIR " +
+    shellQuoted(trace.source) + " " + options + (position == null ? " --position P" : "") +
+    " (in Python: heedful.visualize.explain.explain(translator, sentence, kind=\u2026, layer=\u2026, head=\u2026, position=\u2026)).";
+  return { args, text };
+}
+// The panel's note where the calculation cannot be shown, and what would show it.
+function calcNote(kind, layer, head, position) {
+  const note = $("calc-note");
+  delete note.dataset.command;
+  if (!available(kind)) return missingMessage(kind);
+  if (!model.hf) return INTERNALS_MISSING;
+  const advice = hfAdvice(kind, layer, head, position);
+  note.dataset.command = JSON.stringify(advice.args);
+  return advice.text;
+}
 // clicked: {key, mean} of a click on a matrix cell: the key is marked in the calculation, and
 // a mean of heads first shows each head's weight of it (heatmap.js).
 function openCalc(kind, layer, head, position, clicked = {}) {
@@ -126,7 +151,7 @@ function openCalc(kind, layer, head, position, clicked = {}) {
   body.textContent = "";
   const has = !!(trace.internals && hyp() && hyp().internals) && available(kind);
   $("calc-note").hidden = has;
-  $("calc-note").textContent = has ? "" : (available(kind) ? INTERNALS_MISSING : missingMessage(kind));
+  $("calc-note").textContent = has ? "" : calcNote(kind, layer, head, position);
   Object.assign(state, { calc: { kind, layer, head, position } });
   panel.hidden = false;
   if (clicked.mean && !isRNN && available(kind)) renderHeadBreakdown(body, kind, layer, position, clicked.key);

@@ -6,9 +6,11 @@
  * html.py puts these files into one function scope, in this order: common.js (the trace, state
  * and small helpers), colours.js, matrices.js (reading the attention out of the trace),
  * heatmap.js (the matrix and self-attention views), heads.js (head view), rnn.js and replay.js
- * (decoding replay), calc.js and calc_rnn.js (the calculation of one cell), pipeline.js (scores
- * to weights, step by step), modelview.js (every layer and head), rnn_steps.js (the RNN encoder
- * and decoder, animated), then viewer.js (beams, tabs and wiring).
+ * (decoding replay), image.js, calc.js, calc_linear.js and calc_rnn.js (the calculation of one
+ * cell), pipeline.js (scores to weights, step by step), modelview.js (every layer and head),
+ * rnn_steps.js and bottleneck.js (the RNN encoder and decoder, animated, and without attention
+ * its bottleneck), block.js and block_diagram.js (the Transformer block), then viewer.js (beams,
+ * tabs and wiring).
  *
  * Several viewers can share a page: each script works inside its own root element
  * (.heedful-viewer), finds its parts by data-part and gives them ids with its own prefix. */

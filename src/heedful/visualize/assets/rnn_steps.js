@@ -122,6 +122,7 @@ function renderAnim() {
   $("anim-next").disabled = anim.pos >= animLast();
   const title = "h\u0304_s, h_t and c_t: value of each unit (blue < 0 < red)";
   drawLegend($("anim-legend"), -scale, scale, (v) => divColour(v, scale), title);
+  renderBottleneck(); // without attention: the encoder's final state as the only context
 }
 
 // ---- stepping and playing -----------------------------------------------------------------
