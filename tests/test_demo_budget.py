@@ -47,8 +47,10 @@ def test_a_busy_machine_trains_the_same_model_bit_for_bit(tmp_path):
     assert idle.keys() == loaded.keys()
     different = [name for name in idle if not idle[name].equal(loaded[name])]
     assert different == []  # bit for bit: the same steps, batches and arithmetic
-    status = [json.loads((tmp_path / d / "model-rnn-bahdanau" / "training.json").read_text())
-              for d in ("idle", "busy")]  # fmt: skip
+    status = [
+        json.loads((tmp_path / run / "model-rnn-bahdanau" / "training.json").read_text())
+        for run in ("idle", "busy")
+    ]
     assert status[0] == status[1] and status[0]["steps"] == 30
 
 

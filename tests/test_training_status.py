@@ -113,3 +113,25 @@ def test_an_undertrained_model_says_so_first():
     assert status_line({**GOOD, "undertrained": True}).startswith("UNDERTRAINED: trained 3,200")
     with pytest.raises(CheckpointError, match="training: undertrained"):
         check_status({**GOOD, "undertrained": None}, "training")
+
+
+def test_an_image_models_overlay_says_how_it_was_trained(tmp_path, monkeypatch):
+    """`heedful attention IMAGE_MODEL picture --png`: the overlay's title starts with it too."""
+    import numpy as np
+    from PIL import Image
+
+    model = tmp_path / "captioner"
+    fixture = GOLDEN.parents[2] / "fixtures" / "model_dirs" / "image-cnn-rnn-bahdanau"
+    shutil.copytree(fixture, model)
+    write_status(model, {**GOOD, "undertrained": True, "on": "1000 held-out scenes"})
+    picture = tmp_path / "scene.png"
+    Image.fromarray(np.full((48, 48, 3), 200, dtype=np.uint8)).save(picture)
+    titles = []
+    monkeypatch.setattr(
+        "heedful.visualize.overlay.draw_overlay", lambda *args: titles.append(args[-1])
+    )
+    args = ["attention", str(model), str(picture), "--png", str(tmp_path / "o.png")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    [title] = titles
+    assert title.startswith("UNDERTRAINED: trained 3,200 steps (stopped by validation); exact")
