@@ -1,9 +1,9 @@
-"""The one dispatch from SearchSettings to a search of decoding.py: sampling when sample is
-set, greedy search for one beam and one output, else beam search.
+"""The one dispatch from SearchSettings to a search: sampling when sample is set, greedy
+search for one beam and one output (decoding.py), else beam search (beam.py).
 
 Every engine of torch (Translator, on text or pictures; an ensemble) searches through here, so
-a new decoding method is its settings (config/search.py), its loop (decoding.py) and its line
-here.
+a new decoding method is its settings (config/search.py), its search (a module of its own, or
+a Choice of beam.py's loop) and its line here.
 
 Shapes: B sentences, S source length (or an image's pixels).
 """
@@ -15,7 +15,8 @@ import torch
 from heedful.config.search import SearchSettings
 from heedful.data.tokenizers import BOS_ID, EOS_ID
 from heedful.models.base import Seq2SeqModel
-from heedful.search.decoding import Hypothesis, beam_search, greedy_search, sample_search
+from heedful.search.beam import beam_search
+from heedful.search.decoding import Hypothesis, greedy_search, sample_search
 from heedful.search.sampling import Sampling
 
 
