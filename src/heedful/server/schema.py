@@ -33,8 +33,10 @@ from heedful.server.fields import (
 from heedful.server.limits import ApiError, ServerLimits
 
 # Fields one request may have, unknown ones included (clients of LibreTranslate send extras
-# such as api_key); the schema says so as maxProperties.
-MAX_FIELDS = 16
+# such as api_key); the schema says so as maxProperties. Twice /translate's own fields when it
+# had 15, so that a request giving every field (and a few extras) passes as fields are added
+# (each search setting declared in config/search.py brings its own).
+MAX_FIELDS = 32
 
 # ---------------------------------------------------------------------------------------------
 # A request's fields, and the two requests of this server
