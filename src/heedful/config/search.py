@@ -117,6 +117,29 @@ class SearchSettings:
         http="with sample: repeatable",
     )
     num_samples: int = setting(1, (1, MAX_BEAMS), draws=True)  # outputs drawn per input
+    # Diverse beam search (search/diverse.py): the beam split into groups that choose in turn,
+    # each by score less the diversity penalty; 1 is plain beam search. It divides num_beams.
+    num_beam_groups: int = setting(
+        1,
+        (1, MAX_BEAMS),
+        help="Split the beam into this many groups that choose in turn, each avoiding the "
+        "tokens the groups before it chose (diverse beam search: diverse --n-best); it "
+        "must divide --beam. 1 = plain beam search.",
+        http="diverse beam search: the beam in groups of num_beams / num_beam_groups that "
+        "avoid each other's tokens; 1: plain beam search",
+    )
+    # λ of the Hamming diversity term (Vijayakumar et al. 2018); fairseq's default
+    # (--diverse-beam-strength), not Hugging Face's 0, with which the groups are G copies of
+    # one beam search of num_beams / G: the groups alone would give the same outputs G times
+    diversity_penalty: float = setting(
+        0.5,
+        (0.0, 100.0),
+        help="With --num-beam-groups: what a group's choice loses per earlier group that "
+        "chose the same token at the same step, in log-probability [default: the model's "
+        "generation.json, else 0.5].",
+        http="with num_beam_groups: what a group's choice loses per earlier group that chose "
+        "the same token at the same step",
+    )
 
     def __post_init__(self) -> None:
         for name, declared in SETTINGS.items():
@@ -126,6 +149,12 @@ class SearchSettings:
             if name == "n_best" and not self.sample:  # a beam keeps num_beams hypotheses, so
                 high = self.num_beams  # it cannot return more; samples are drawn
             self._check_range(name, low, high, declared.above)
+        if self.num_beams % self.num_beam_groups:
+            raise ConfigError(
+                "field generation.num_beam_groups must divide generation.num_beams (each group "
+                f"keeps num_beams / num_beam_groups beams), got {self.num_beam_groups} groups "
+                f"of {self.num_beams} beams"
+            )
 
     def _check_range(self, name: str, low, high, above: bool) -> None:
         """ConfigError naming generation.<name> unless low <= its value <= high (low itself
@@ -165,9 +194,12 @@ class SearchSettings:
         return {name: v for name, v in given.items() if v != getattr(default, name)}
 
     def record(self, prefix: str | None = None, forced: int = 0) -> dict:
-        """The trace's `search` (docs/trace-schema.md): num_beams and length_penalty, then the
-        prefix and its forced steps, and the sampling settings, when there are some."""
+        """The trace's `search` (docs/trace-schema.md): num_beams and length_penalty, a
+        diverse beam search's groups and penalty, then the prefix and its forced steps, and the
+        sampling settings, when there are some."""
         out: dict = {"num_beams": self.num_beams, "length_penalty": self.length_penalty}
+        if self.num_beam_groups > 1 and not self.sample:
+            out |= {n: getattr(self, n) for n in ("num_beam_groups", "diversity_penalty")}
         out |= {"prefix": prefix, "forced": forced} if prefix else {}
         return out | ({"sample": self.sampling()} if self.sample else {})
 
