@@ -174,6 +174,28 @@ CASES = [
     Case("cli-prefix-rtl-override",
          ["translate", RNN, "--prefix", "tsv", "input", "ab\t\u202ea\n"],
          None, "text 1: the prefix holds U+202E RIGHT-TO-LEFT OVERRIDE"),
+    # issue 27: diverse beam search's settings (search/diverse.py)
+    Case("api-num-beam-groups-not-dividing", api(num_beams=4, num_beam_groups=3),
+         ConfigError, "generation.num_beam_groups must divide generation.num_beams (each group"),
+    Case("api-num-beam-groups-0", api(num_beam_groups=0),
+         ConfigError, "generation.num_beam_groups must be from 1 to 256, got 0"),
+    Case("api-diversity-penalty-negative", api(num_beams=2, num_beam_groups=2,
+                                               diversity_penalty=-1.0),
+         ConfigError, "generation.diversity_penalty must be from 0.0 to 100.0, got -1.0"),
+    Case("api-diversity-penalty-nan", api(diversity_penalty=float("nan")),
+         ConfigError, "generation.diversity_penalty must be from 0.0 to 100.0, got nan"),
+    Case("api-num-beam-groups-of-one-beam", api(num_beams=4, n_best=4, num_beam_groups=4),
+         None, None),
+    Case("cli-num-beam-groups-not-dividing",
+         ["translate", RNN, "--beam", "4", "--num-beam-groups", "3", "input", "ab\n"],
+         None, "generation.num_beam_groups must divide generation.num_beams"),
+    Case("cli-num-beam-groups-0", ["translate", RNN, "--num-beam-groups", "0"],
+         None, "'--num-beam-groups': 0 is not in the range 1<=x<=256"),
+    Case("cli-diversity-penalty-negative", ["translate", RNN, "--diversity-penalty", "-1"],
+         None, "'--diversity-penalty': -1.0 is not in the range 0.0<=x<=100.0"),
+    Case("cli-num-beam-groups-on-ctranslate2",
+         ["translate", RNN, "--beam", "4", "--num-beam-groups", "2", "--engine", "ctranslate2"],
+         None, "--sample and --num-beam-groups and --prefix need the torch engine"),
 ]  # fmt: skip
 
 
