@@ -56,7 +56,8 @@ def measure(args) -> dict:
 
     from heedful.data.batching import pad
     from heedful.data.tokenizers import BOS_ID, EOS_ID, load_tokenizer
-    from heedful.search.decoding import beam_search, greedy_search
+    from heedful.search.beam import beam_search
+    from heedful.search.decoding import greedy_search
 
     load = os.getloadavg()[0]
     torch.set_num_threads(args.threads)

@@ -12,7 +12,8 @@ from heedful.config import ConfigError, DecoderConfig, ModelConfig
 from heedful.layers.attention import padding_mask
 from heedful.layers.rnn_attention import LuongLocalAttention, local_weights
 from heedful.models.build import build_model
-from heedful.search.decoding import beam_search, greedy_search
+from heedful.search.beam import beam_search
+from heedful.search.decoding import greedy_search
 
 BOS, EOS = 1, 2
 

@@ -9,7 +9,8 @@ import torch
 
 from heedful.config import DecoderConfig, ModelConfig
 from heedful.models.build import build_model
-from heedful.search.decoding import beam_search, gnmt_length_penalty, greedy_search
+from heedful.search.beam import beam_search, gnmt_length_penalty
+from heedful.search.decoding import greedy_search
 
 BOS, EOS = 1, 2
 

@@ -148,3 +148,42 @@ def test_settings_go_from_a_config_through_http_into_the_trace(tmp_path):
     assert sampled["search"]["sample"] == {"seed": 5, "temperature": 0.5}
     [output] = translator.translate(["abcd"], settings=draws)
     assert sampled["hypotheses"][0]["text"] == output.text
+
+
+def test_a_declared_setting_has_its_flag_and_its_field(monkeypatch):
+    """config/search.py declares each setting once; the CLI's flag, the HTTP field (and so the
+    OpenAPI document) and the refusals' words come from that declaration, so a setting
+    declared there has all of them. A declaration added here stands for a new setting."""
+    import click
+
+    from heedful.cli.options import given_settings, setting_options
+    from heedful.config.search import SETTINGS, Setting
+    from heedful.server import ServerLimits
+    from heedful.server.schema import Integer, Number, parse_request, translate_request
+
+    assert CLI.setting["num_beams"] == "--beam" and CLI.setting["top_k"] == "--top-k"
+    # what shapes the draws is recorded with them, away from its default
+    assert SearchSettings(sample=True, num_samples=3).record()["sample"] == {"num_samples": 3}
+    new = Setting((0.0, 2.0), help="A new setting.", http="a new setting")
+    count = Setting((1, 10**12), draws=True, help="Another.", http="another")
+    monkeypatch.setitem(SETTINGS, "novelty", new)
+    monkeypatch.setitem(SETTINGS, "count", count)
+    command = setting_options(click.command()(lambda **given: given))
+    flags = {p.name: p for p in command.params}
+    assert flags["novelty"].opts == ["--novelty"] and flags["novelty"].help == "A new setting."
+    assert (flags["novelty"].type.min, flags["novelty"].type.max) == (0.0, 2.0)
+    assert isinstance(flags["count"].type, click.IntRange) and "num_beams" not in flags
+    with pytest.raises(click.UsageError, match="--count shapes the distribution --sample"):
+        given_settings({"count": 3, "sample": False})
+    request = translate_request(ServerLimits(), ("en", "de"))
+    assert request["novelty"] == Number("novelty", 0.0, 2.0, False, "a new setting")
+    assert request["count"] == Integer(
+        "count", 1, 999_999_999, "the largest count", None, "another"
+    )
+    body = {"q": "a", "source": "en", "target": "de", "novelty": 0.5, "count": 3}
+    assert parse_request(body, request).settings == {"novelty": 0.5}  # count: with sample only
+    assert parse_request(body | {"sample": True}, request).settings == {
+        "novelty": 0.5,
+        "count": 3,
+        "sample": True,
+    }

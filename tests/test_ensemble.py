@@ -12,7 +12,8 @@ import torch
 from heedful.data.tokenizers import BOS_ID, EOS_ID
 from heedful.inference.translator import Translator, VocabularyMismatch, ensemble, load_ensemble
 from heedful.models.ensemble import Ensemble, mean_log_probs
-from heedful.search.decoding import beam_search, greedy_search
+from heedful.search.beam import beam_search
+from heedful.search.decoding import greedy_search
 
 MODELS = Path(__file__).resolve().parent / "golden" / "models"
 TEXTS = ["abcdef", "hgfe", "abc", "aabbcc"]

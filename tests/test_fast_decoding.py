@@ -14,7 +14,8 @@ from heedful.layers.attention import MultiHeadAttention
 from heedful.layers.stacked import stacked_weights
 from heedful.models.build import build_model
 from heedful.models.transformer import KVCache, TransformerState
-from heedful.search.decoding import beam_search, greedy_search
+from heedful.search.beam import beam_search
+from heedful.search.decoding import greedy_search
 
 BOS, EOS = 1, 2
 

@@ -12,7 +12,8 @@ from heedful.config import ModelConfig
 from heedful.data.tokenizers import BOS_ID, EOS_ID
 from heedful.inference.translator import Translator
 from heedful.models.build import build_model
-from heedful.search.decoding import beam_search, greedy_search
+from heedful.search.beam import beam_search
+from heedful.search.decoding import greedy_search
 from heedful.search.prefix import prefix_tensor
 
 MODELS = Path(__file__).resolve().parent / "golden" / "models"

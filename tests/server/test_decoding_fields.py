@@ -76,6 +76,14 @@ BAD = [
     ({"prefix": "e\u0301"}, "prefix holds U+0301 COMBINING ACUTE ACCENT, which the target"),
     ({"prefix": "<unk>"}, "prefix holds '<' (U+003C LESS-THAN SIGN), '>' (U+003E"),
     ({"prefix": "\U0001f600", "return_attention": True}, "prefix holds '😀'"),
+    # issue 27: diverse beam search's fields, made from their settings' declarations
+    ({"num_beam_groups": 0}, "num_beam_groups must be at least 1, got 0"),
+    ({"num_beam_groups": 300}, "num_beam_groups=300 is over the limit of 256"),
+    ({"num_beam_groups": "two"}, "num_beam_groups must be an integer"),
+    ({"num_beams": 4, "num_beam_groups": 3}, "num_beam_groups must divide generation.num_beams"),
+    ({"num_beam_groups": 2}, "got 2 groups of 1 beams"),  # the model's num_beams: 1
+    ({"diversity_penalty": -0.5}, "diversity_penalty must be from 0.0 and at most 100.0, got"),
+    ({"diversity_penalty": 10**400}, "diversity_penalty must be a finite number from 0.0"),
 ]
 
 

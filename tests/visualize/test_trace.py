@@ -15,7 +15,8 @@ from heedful.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharTokenize
 from heedful.inference.translator import Translator
 from heedful.layers.scores import SCORES
 from heedful.models.build import build_model
-from heedful.search.decoding import beam_search, greedy_search
+from heedful.search.beam import beam_search
+from heedful.search.decoding import greedy_search
 from heedful.visualize.trace import Trace, build_trace, estimated_json_bytes
 from heedful.visualize.trace_check import check_trace
 

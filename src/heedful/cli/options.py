@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import click
 
+from heedful.config.search import SETTINGS, flag
+
 FILE = click.Path(dir_okay=False)
 DIRECTORY = click.Path(file_okay=False)
 POSITIVE = click.IntRange(min=1)
@@ -105,18 +107,51 @@ def limit_options() -> list[click.Parameter]:
     ]
 
 
+def setting_option(name: str):
+    """The flag of the search setting `name`, as config/search.py declares it: its spelling,
+    its help and its bounds (click's, so that the help shows them and a value outside them is
+    refused in the flag's own name); a switch is a flag without a value. Unset, it is None
+    (False for a switch): the model's generation.json decides."""
+    declared = SETTINGS[name]
+    if declared.bounds is None:
+        return click.option(flag(name), name, is_flag=True, help=declared.help)
+    low, high = declared.bounds
+    bounds = click.FloatRange if isinstance(low, float) else click.IntRange
+    kind = bounds(low, high, min_open=declared.above)
+    return click.option(flag(name), name, type=kind, default=None, help=declared.help)
+
+
 def search_options(f):
     """--beam and --batch-size: how translate and evaluate search."""
     f = click.option(
         "--batch-size", type=POSITIVE, default=64, show_default=True, help="Sentences per batch."
     )(f)
-    return click.option(
-        "--beam",
-        "num_beams",
-        type=POSITIVE,
-        default=None,
-        help="Beam size (1 = greedy) [default: the model's generation.json].",
-    )(f)
+    return setting_option("num_beams")(f)
+
+
+def setting_options(f):
+    """A flag for each search setting that declares one, in the declaration's order, but
+    num_beams, whose --beam search_options gives evaluate too: --sample and what shapes its
+    draws, and whatever setting is declared next."""
+    for name in reversed([n for n, declared in SETTINGS.items() if declared.help]):
+        f = f if name == "num_beams" else setting_option(name)(f)
+    return f
+
+
+def given_settings(flags: dict) -> dict:
+    """The search settings that setting_options' flags were given, by name (a switch only
+    when on); one that shapes sample's draws only, given without --sample, is a UsageError
+    naming it, as it would silently change nothing."""
+    given = {
+        name: value for name, value in flags.items() if value is not None and value is not False
+    }
+    if not given.get("sample"):
+        for name in given:
+            if SETTINGS[name].draws:
+                raise click.UsageError(
+                    f"{flag(name)} shapes the distribution --sample draws from; add --sample"
+                )
+    return given
 
 
 def language_options(f):

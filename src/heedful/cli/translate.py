@@ -9,13 +9,14 @@ import click
 
 from heedful.cli.options import (
     FILE,
-    POSITIVE,
     Deferred,
+    given_settings,
     language_options,
     n_best_option,
     output_option,
     runtime_options,
     search_options,
+    setting_options,
 )
 
 
@@ -30,37 +31,6 @@ def _translate_options() -> list[click.Parameter]:
         help="Longest input line, in characters; a longer one stops the command (0: no limit).",
     )
     return [max_chars, *runtime_options()]
-
-
-def sampling_options(f):
-    """--sample and its settings: draw each token from the softmax (heedful.search.sampling)."""
-    options = [
-        click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None,
-                     help="Seed of the draws: the same input and seed give the same samples."),
-        click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
-                     help="Draw among the fewest tokens holding this much probability."),
-        click.option("--top-k", type=POSITIVE, default=None,
-                     help="Draw among the k most probable tokens only."),
-        click.option("--temperature", type=click.FloatRange(0.0, min_open=True), default=None,
-                     help="Divide log-probabilities by this: below 1 sharper, above 1 flatter."),
-        click.option("--sample", is_flag=True,
-                     help="Draw each token from the model's distribution instead of searching; "
-                     "--n-best N draws N outputs per line."),
-    ]  # fmt: skip
-    for option in options:
-        f = option(f)
-    return f
-
-
-def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
-    """The SearchSettings fields the sampling flags set; a setting without --sample is an
-    error (it would silently do nothing)."""
-    given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
-    given = {name: value for name, value in given.items() if value is not None}
-    if given and not sample:
-        flag = "--" + next(iter(given)).replace("_", "-")
-        raise click.UsageError(f"{flag} shapes the distribution --sample draws from; add --sample")
-    return {"sample": True, **given} if sample else {}
 
 
 @click.command(
@@ -90,7 +60,7 @@ def _sampling_settings(sample, temperature, top_k, top_p, seed) -> dict:
 )
 @language_options
 @search_options
-@sampling_options
+@setting_options
 def translate(
     model_dirs,
     input_path,
@@ -104,7 +74,7 @@ def translate(
     engine,
     quantize,
     max_chars,
-    **sampling,
+    **settings,
 ) -> None:
     """Translate raw lines, one per line, in order (empty lines stay empty).
 
@@ -120,23 +90,24 @@ def translate(
     from heedful.config import beams_for
 
     images = image_arguments(model_dirs)  # an image model: MODEL_DIR image.png ...
-    drawn = _sampling_settings(**sampling)
+    given = given_settings(settings)  # the search settings' flags (setting_options)
+    flagged = {"num_beams": num_beams, **given} if num_beams else given  # --beam too
     if images is not None:
-        _check_engine("torch", drawn, prefix_path is not None, images=True)
+        _check_engine("torch", flagged, prefix_path is not None, images=True)
         prefixes = _image_prefixes(prefix_path, len(images), max_chars)
-        search = (num_beams, n_best, batch_size, drawn)
+        search = (num_beams, n_best, batch_size, given)
         return translate_images(model_dirs[0], images, *search, output_path, prefixes)
-    _check_engine(engine, drawn, prefix_path is not None)
+    _check_engine(engine, flagged, prefix_path is not None)
     translator = _load(model_dirs, engine, quantize)
     direct = director(model_dirs[0], target, source)
     beams = beams_for(num_beams or translator.generation.num_beams, n_best)
-    settings = translator.generation.but(num_beams=beams, n_best=n_best, **drawn)
-    whole = prefix_path not in (None, "tsv") or "seed" in drawn
+    asked = translator.generation.but(num_beams=beams, n_best=n_best, **given)
+    whole = prefix_path not in (None, "tsv") or "seed" in given
     with _Output(output_path) as output:
         for first, lines in pieces(input_path, max_chars, batch_size, whole):
             lines, prefixes = _prefixes(lines, first, prefix_path, max_chars)
             results = translator.translate(
-                direct(lines), batch_size=batch_size, prefixes=prefixes, settings=settings
+                direct(lines), batch_size=batch_size, prefixes=prefixes, settings=asked
             )
             output.write(_rows(results))
 
@@ -162,12 +133,12 @@ def image_arguments(paths: tuple[str, ...]) -> list[str] | None:
 
 
 def translate_images(
-    model_dir, images, num_beams, n_best, batch_size, drawn=None, output_path=None, prefixes=None
+    model_dir, images, num_beams, n_best, batch_size, given=None, output_path=None, prefixes=None
 ) -> None:
     """An image model's captions of `images`, one line each, in order, to stdout or
     output_path (`heedful translate MODEL image.png ...` and `heedful caption`): the one
-    Translator's translate, as for text; an error names the image. drawn: the sampling
-    settings of --sample ...; prefixes: one beginning per image, or None."""
+    Translator's translate, as for text; an error names the image. given: the search
+    settings of setting_options' flags; prefixes: one beginning per image, or None."""
     from heedful.checkpoint.model_dir import CheckpointError
     from heedful.config import beams_for
     from heedful.data.images import ImageError
@@ -178,7 +149,7 @@ def translate_images(
     try:
         translator = Translator.load(model_dir)
         beams = beams_for(num_beams or translator.generation.num_beams, n_best)
-        settings = translator.generation.but(num_beams=beams, n_best=n_best, **(drawn or {}))
+        settings = translator.generation.but(num_beams=beams, n_best=n_best, **(given or {}))
         found = translator.translate(
             images, batch_size=batch_size, prefixes=prefixes, settings=settings
         )
@@ -198,9 +169,11 @@ def _image_prefixes(prefix_path: str | None, count: int, max_chars: int) -> list
     return None if prefix_path is None else _prefixes([""] * count, 1, prefix_path, max_chars)[1]
 
 
-def _check_engine(engine: str, drawn: dict, prefixes: bool, images: bool = False) -> None:
+def _check_engine(engine: str, flagged: dict, prefixes: bool, images: bool = False) -> None:
     """What the engine cannot do, refused by its declared capabilities before a model loads
-    (engine.check_supported, the check of the Python API and the server too)."""
+    (engine.check_supported, the check of the Python API and the server too). flagged: the
+    search settings the flags give, on SearchSettings' defaults, not yet the model's."""
+    from heedful.config import ConfigError
     from heedful.config.search import SearchSettings
     from heedful.inference.engine import CLI, Unsupported, check_supported
     from heedful.inference.runtime import engine_type
@@ -210,7 +183,11 @@ def _check_engine(engine: str, drawn: dict, prefixes: bool, images: bool = False
     else:
         capabilities = engine_type(engine).capabilities
     try:
-        check_supported(engine, capabilities, SearchSettings(**drawn), prefixes, names=CLI)
+        asked = SearchSettings(**flagged)
+    except ConfigError:  # at odds with a default the model's generation.json may not share
+        return  # (n_best and num_beams): judged, with the engine, once the model's are known
+    try:
+        check_supported(engine, capabilities, asked, prefixes, names=CLI)
     except Unsupported as error:
         raise click.UsageError(str(error)) from None
 

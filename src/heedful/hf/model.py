@@ -1,7 +1,7 @@
 """A Hugging Face encoder-decoder behind heedful's encode / init_state / decode_step.
 
 HFSeq2Seq wraps a transformers model (MarianMTModel, BartForConditionalGeneration, ...) so that
-decoding.py's greedy and beam search, Translator.replay, traces and the server use it as they
+search/'s greedy and beam search, Translator.replay, traces and the server use it as they
 use our own Transformer (models/base.py's Protocol). It speaks our ids (vocab.IdMap) and runs the
 model's own forward: the numbers are transformers', never a second implementation of them.
 

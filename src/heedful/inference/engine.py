@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
-from heedful.config.search import SAMPLING, SearchSettings
+from heedful.config.search import DRAWS, SETTINGS, SearchSettings, flag
 
 # The settings of greedy and beam search: what shapes a search that draws nothing
 SEARCH = frozenset({"num_beams", "n_best", "length_penalty", "max_len_ratio", "max_len_offset"})
-EVERY_SETTING = frozenset(f.name for f in fields(SearchSettings))
-DRAWS = frozenset({*SAMPLING, "num_samples"})  # what sample reads: refused with it
+EVERY_SETTING = frozenset(SETTINGS)
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class Names:
 
 
 PYTHON = Names({"sample": "sample=True"}, "prefixes", "need_weights=True")
-CLI = Names({n: "--" + n.replace("_", "-") for n in EVERY_SETTING}, "--prefix", "--attention")
+CLI = Names({n: flag(n) for n in EVERY_SETTING}, "--prefix", "--attention")  # as declared
 HTTP = Names({}, "prefix", "return_attention")
 
 

@@ -38,7 +38,7 @@ from heedful.inference.export import export_ctranslate2, import_ctranslate2, voc
 from heedful.inference.quantize import check_quantize
 from heedful.inference.translation import Translation, blank_outputs
 from heedful.inference.translator import Translator
-from heedful.search.decoding import gnmt_length_penalty
+from heedful.search.beam import gnmt_length_penalty
 
 ENGINES = ("torch", "ctranslate2")
 
@@ -48,7 +48,7 @@ class CTranslate2Translator:
 
     CTranslate2 searches (greedy, or beam search with the same candidate rule as ours: the
     2K best extensions, a </s> counting only among the best K) and hands back all beam_size
-    hypotheses with their raw log-probabilities; they are ranked here as decoding.beam_search
+    hypotheses with their raw log-probabilities; they are ranked here as beam.beam_search
     ranks them: finished ones by log P(Y) / gnmt_length_penalty(|Y|), then ones cut at the
     length limit by log P(Y). (CTranslate2's own length penalty divides by |Y| ** alpha, not
     GNMT's ((5 + |Y|) / 6) ** alpha, so it is switched off.) The output limit is ours,
@@ -204,7 +204,7 @@ class CTranslate2Translator:
             raise ValueError(f"a sequence is too long for this model: {error}") from None
 
     def _ranked(self, hypotheses, scores, alpha: float) -> list[tuple[list[int], float]]:
-        """(ids, log P) best first as decoding.beam_search ranks them: finished outputs by
+        """(ids, log P) best first as beam.beam_search ranks them: finished outputs by
         log P / gnmt_length_penalty(|Y|, alpha), |Y| counting </s>, then those cut at the
         length limit by log P."""
         hyps = [([self.tgt_ids[t] for t in tokens], s) for tokens, s in zip(hypotheses, scores)]

@@ -1,9 +1,10 @@
-"""The one dispatch from SearchSettings to a search of decoding.py: sampling when sample is
-set, greedy search for one beam and one output, else beam search.
+"""The one dispatch from SearchSettings to a search: sampling when sample is set, diverse beam
+search for groups of beams (diverse.py), greedy search for one beam and one output
+(decoding.py), else beam search (beam.py).
 
 Every engine of torch (Translator, on text or pictures; an ensemble) searches through here, so
-a new decoding method is its settings (config/search.py), its loop (decoding.py) and its line
-here.
+a new decoding method is its settings (config/search.py), its search (a module of its own, or
+a Choice of beam.py's loop) and its line here.
 
 Shapes: B sentences, S source length (or an image's pixels).
 """
@@ -15,7 +16,9 @@ import torch
 from heedful.config.search import SearchSettings
 from heedful.data.tokenizers import BOS_ID, EOS_ID
 from heedful.models.base import Seq2SeqModel
-from heedful.search.decoding import Hypothesis, beam_search, greedy_search, sample_search
+from heedful.search.beam import beam_search
+from heedful.search.decoding import Hypothesis, greedy_search, sample_search
+from heedful.search.diverse import diverse_beam_search
 from heedful.search.sampling import Sampling
 
 
@@ -39,6 +42,9 @@ def search(
             model, src, BOS_ID, EOS_ID, Sampling.of(s), count, prefix=prefix, **lengths
         )
         return [sorted(hyps, key=lambda h: -h.score) for hyps in found]
+    if s.num_beam_groups > 1:
+        beams = (s.num_beams, s.num_beam_groups, s.diversity_penalty, s.n_best, s.length_penalty)
+        return diverse_beam_search(model, src, BOS_ID, EOS_ID, *beams, prefix=prefix, **lengths)
     if s.num_beams == 1 and s.n_best == 1:
         greedy = greedy_search(model, src, BOS_ID, EOS_ID, prefix=prefix, **lengths)
         return [[h] for h in greedy]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from heedful.config.search import SETTINGS, Setting
 from heedful.server.fields import (
     NOT_BLANK,  # noqa: F401 (the tests and the OpenAPI checks read it here)
     Boolean,
@@ -33,8 +34,10 @@ from heedful.server.head_field import Heads
 from heedful.server.limits import ApiError, ServerLimits
 
 # Fields one request may have, unknown ones included (clients of LibreTranslate send extras
-# such as api_key); the schema says so as maxProperties.
-MAX_FIELDS = 16
+# such as api_key); the schema says so as maxProperties. Twice /translate's own fields when it
+# had 15, so that a request giving every field (and a few extras) passes as fields are added
+# (each search setting declared in config/search.py brings its own).
+MAX_FIELDS = 32
 
 # ---------------------------------------------------------------------------------------------
 # A request's fields, and the two requests of this server
@@ -128,24 +131,33 @@ def beams(limits: ServerLimits, description: str) -> Integer:
     return Integer("num_beams", 1, limits.max_num_beams, "--max-num-beams", description=description)
 
 
-# Read only with "sample": true, and otherwise ignored (a query string may carry them): every
-# request the OpenAPI document describes is answered as it says
-SAMPLING = ("temperature", "top_k", "top_p", "seed")
-MAX_SETTING = 999_999_999  # top_k and seed: nine digits, all a form's text may spell (from_text)
-# Fields that are SearchSettings fields of their own name, read whether or not sample is set
-# (a new search setting: its name here and its Field in decoding(); service.py passes them on)
-SETTINGS: tuple[str, ...] = ()
+# The largest whole number a search setting's field takes (top_k, seed): nine digits, all that
+# a form's text may spell (Integer.from_text), whatever the setting's own bounds allow. A fact
+# of HTTP's forms, not of any one setting, so it applies to each.
+MAX_SETTING = 999_999_999
+
+
+def setting_field(name: str, declared: Setting) -> Field:
+    """The request field of the search setting `name`, as config/search.py declares it: a
+    switch is a Boolean, bounds of floats a Number, of ints an Integer (at most MAX_SETTING),
+    described as declared. A setting that shapes sample's draws only is read without sample
+    too, and then ignored (parse_request), so that every request the OpenAPI document
+    describes is answered as it says."""
+    if declared.bounds is None:
+        return Boolean(name, declared.http)
+    low, high = declared.bounds
+    if isinstance(low, float):
+        return Number(name, low, high, low_open=declared.above, description=declared.http)
+    top = min(high, MAX_SETTING)
+    return Integer(name, low, top, f"the largest {name}", description=declared.http)
 
 
 def decoding(limits: ServerLimits) -> tuple[Field, ...]:
-    """Sampling (heedful.search.sampling) and forced beginnings (heedful.search.prefix) of
-    /translate."""
+    """The search settings that declare a field of their own (sampling's, heedful.search.
+    sampling, among them) and forced beginnings (heedful.search.prefix) of /translate."""
+    settings = [setting_field(name, s) for name, s in SETTINGS.items() if s.http]
     return (
-        Boolean("sample", "draw each token from the softmax; alternatives + 1 samples"),
-        Number("temperature", 0.0, 100.0, description="with sample: below 1 sharper"),
-        Integer("top_k", 1, MAX_SETTING, "the largest top_k", description="with sample"),
-        Number("top_p", 0.0, 1.0, description="with sample: nucleus sampling"),
-        Integer("seed", 0, MAX_SETTING, "the largest seed", description="with sample: repeatable"),
+        *settings,
         Prefix("prefix", limits.max_chars, "every output starts with it (format text)"),
     )
 
@@ -230,12 +242,11 @@ class TranslateRequest:
     num_beams: int | None = None
     max_new_tokens: int | None = None
     return_attention: bool = False
-    sampling: dict | None = None  # temperature, top_k, top_p, seed: SearchSettings' fields
     prefix: str | None = None  # every output starts with it
     source: str = "auto"  # the pair asked for: server/models.py routes by it
     target: str = ""
     format: str = "text"  # html: q is a document, its text nodes translated (documents.py)
-    settings: dict | None = None  # the SETTINGS given, by name
+    settings: dict | None = None  # the search settings given, by name (_settings)
     mask_heads: tuple = ()  # inference/heads.py's Heads switched off
 
 
@@ -259,12 +270,11 @@ def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
         **numbers,
         max_new_tokens=schema["max_new_tokens"].read(data),
         return_attention=attention,
-        sampling=_sampling(data, schema),
         prefix=prefix,
         source=source,
         target=target,
         format=text_format,
-        settings={n: v for n in SETTINGS if (v := schema[n].read(data)) is not None},
+        settings=_settings(data, schema),
         mask_heads=schema["mask_heads"].read(data),
     )
 
@@ -286,14 +296,20 @@ def unsupported(source: str, target: str, field: Language) -> ApiError:
     )
 
 
-def _sampling(data: dict, schema: RequestSchema) -> dict | None:
-    """The sampling settings given, or None without sample=true; each is checked either way
-    (the schema does not know that they are ignored)."""
-    given = {name: schema[name].read(data) for name in SAMPLING}
-    given = {name: value for name, value in given.items() if value is not None}
-    for name in ("top_k", "seed"):
-        schema[name].check_limit(given.get(name))
-    return given if schema["sample"].read(data) else None
+def _settings(data: dict, schema: RequestSchema) -> dict:
+    """The search settings the request gives, by name (a switch only when true: false leaves
+    the model's own). Each is checked whether or not it is used (the schema does not know
+    that those shaping sample's draws are ignored without sample true, as they then are)."""
+    read = {name: schema[name].read(data) for name, s in SETTINGS.items() if s.http}
+    for name, value in read.items():
+        if isinstance(schema[name], Integer):
+            schema[name].check_limit(value)
+    drawing = read.get("sample") is True
+    return {
+        name: value
+        for name, value in read.items()
+        if value is not None and value is not False and (drawing or not SETTINGS[name].draws)
+    }
 
 
 def parse_detect(data: dict, schema: RequestSchema) -> list[str]:

@@ -76,9 +76,8 @@ class TranslationService:
         if beams is None:
             beams = min(translator.generation.num_beams, limits.max_num_beams)
         beams = beams_for(beams, n_best)  # n alternatives need a beam of n + 1
-        draws = {} if request.sampling is None else {"sample": True, **request.sampling}
         try:
-            given = {**(request.settings or {}), **draws}  # SearchSettings fields asked for
+            given = request.settings or {}  # SearchSettings fields asked for
             asked = translator.generation.but(num_beams=beams, n_best=n_best, **given)
             check_supported(
                 translator.engine,
