@@ -23,6 +23,8 @@ from heedful.visualize.snapshots import (
     read_snapshots,
 )
 
+from .test_hostile_traces import set_in
+
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "expected"
 TRACE = json.loads((GOLDEN / "trace-transformer-greedy.json").read_text("utf-8"))
 
@@ -53,16 +55,6 @@ def raw(data: bytes):
     return lambda: data
 
 
-def setter(*path, value):
-    def change(data):
-        node = data
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-
-    return change
-
-
 def snapshot(i: int) -> dict:
     return {"step": i, "scores": {}, "traces": [copy.deepcopy(TRACE)]}
 
@@ -83,49 +75,49 @@ CASES = [
     ("row0-latin1", raw(VALID.replace(b'"format"', b'"f\xe9rmat"')), "not UTF-8 text"),
     ("row0-nested-too-deeply", raw(b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
     # the file's own fields
-    ("format", edit(setter("format", value="heedful-trace")), "not heedful training snapshots"),
-    ("version", edit(setter("version", value=2)), "this heedful reads version 1, got 2"),
-    ("unknown-key", edit(setter("extra", value=1)), "must have exactly the keys"),
-    ("no-inputs", edit(setter("inputs", value=[])), "expected 1 to 4 inputs, got 0"),
-    ("too-many-inputs", edit(setter("inputs", value=["a"] * 5)), "expected 1 to 4 inputs, got 5"),
-    ("input-not-text", edit(setter("inputs", 0, value=5)), "inputs[0]: expected text, got int"),
-    ("no-snapshots", edit(setter("snapshots", value=[])), "expected 1 to 50 snapshots, got 0"),
+    ("format", edit(set_in(["format"], "heedful-trace")), "not heedful training snapshots"),
+    ("version", edit(set_in(["version"], 2)), "this heedful reads version 1, got 2"),
+    ("unknown-key", edit(set_in(["extra"], 1)), "must have exactly the keys"),
+    ("no-inputs", edit(set_in(["inputs"], [])), "expected 1 to 4 inputs, got 0"),
+    ("too-many-inputs", edit(set_in(["inputs"], ["a"] * 5)), "expected 1 to 4 inputs, got 5"),
+    ("input-not-text", edit(set_in(["inputs", 0], 5)), "inputs[0]: expected text, got int"),
+    ("no-snapshots", edit(set_in(["snapshots"], [])), "expected 1 to 50 snapshots, got 0"),
     (
         "too-many-snapshots",
-        edit(setter("snapshots", value=[snapshot(i) for i in range(51)])),
+        edit(set_in(["snapshots"], [snapshot(i) for i in range(51)])),
         "expected 1 to 50 snapshots, got 51",
     ),
-    ("snapshot-not-object", edit(setter("snapshots", 0, value=[])), "snapshots[0]: expected an"),
-    ("snapshot-key", edit(setter("snapshots", 0, "seconds", value=1)), "snapshots[0]: must have"),
-    ("step-text", edit(setter("snapshots", 1, "step", value="4")), "snapshots[1].step: expected"),
-    ("step-bool", edit(setter("snapshots", 0, "step", value=False)), "expected a whole number"),
-    ("step-float", edit(setter("snapshots", 1, "step", value=4.5)), "snapshots[1].step: expected"),
-    ("steps-fall", edit(setter("snapshots", 1, "step", value=0)), "steps must rise: 0 after 0"),
-    ("step-negative", edit(setter("snapshots", 0, "step", value=-3)), "steps must rise: -3 after"),
-    ("scores-list", edit(setter("snapshots", 1, "scores", value=[1])), "expected an object of"),
-    ("score-text", edit(setter("snapshots", 1, "scores", "bleu", value="12")), "bleu: expected a"),
-    ("score-bool", edit(setter("snapshots", 1, "scores", "bleu", value=True)), "bleu: expected a"),
+    ("snapshot-not-object", edit(set_in(["snapshots", 0], [])), "snapshots[0]: expected an"),
+    ("snapshot-key", edit(set_in(["snapshots", 0, "seconds"], 1)), "snapshots[0]: must have"),
+    ("step-text", edit(set_in(["snapshots", 1, "step"], "4")), "snapshots[1].step: expected"),
+    ("step-bool", edit(set_in(["snapshots", 0, "step"], False)), "expected a whole number"),
+    ("step-float", edit(set_in(["snapshots", 1, "step"], 4.5)), "snapshots[1].step: expected"),
+    ("steps-fall", edit(set_in(["snapshots", 1, "step"], 0)), "steps must rise: 0 after 0"),
+    ("step-negative", edit(set_in(["snapshots", 0, "step"], -3)), "steps must rise: -3 after"),
+    ("scores-list", edit(set_in(["snapshots", 1, "scores"], [1])), "expected an object of"),
+    ("score-text", edit(set_in(["snapshots", 1, "scores", "bleu"], "12")), "bleu: expected a"),
+    ("score-bool", edit(set_in(["snapshots", 1, "scores", "bleu"], True)), "bleu: expected a"),
     (
         "too-many-scores",
-        edit(setter("snapshots", 1, "scores", value={f"s{i}": 1.0 for i in range(65)})),
+        edit(set_in(["snapshots", 1, "scores"], {f"s{i}": 1.0 for i in range(65)})),
         "65 scores, more than 64",
     ),
-    ("traces-object", edit(setter("snapshots", 0, "traces", value={})), "expected a list of 1"),
-    ("traces-short", edit(setter("snapshots", 0, "traces", value=[])), "expected 1 traces (one"),
-    ("trace-not-a-trace", edit(setter("snapshots", 0, "traces", 0, value=7)), "not a heedful"),
+    ("traces-object", edit(set_in(["snapshots", 0, "traces"], {})), "expected a list of 1"),
+    ("traces-short", edit(set_in(["snapshots", 0, "traces"], [])), "expected 1 traces (one"),
+    ("trace-not-a-trace", edit(set_in(["snapshots", 0, "traces", 0], 7)), "not a heedful"),
     (
         "trace-of-another-input",
-        edit(setter("snapshots", 1, "traces", 0, "source", value="zzz")),
+        edit(set_in(["snapshots", 1, "traces", 0, "source"], "zzz")),
         "snapshots[1].traces[0]: a trace of 'zzz', not of inputs[0]",
     ),
     (
         "trace-score-text",
-        edit(setter("snapshots", 1, "traces", 0, "hypotheses", 0, "score", value="x")),
+        edit(set_in(["snapshots", 1, "traces", 0, "hypotheses", 0, "score"], "x")),
         "snapshots[1].traces[0]: hypotheses[0].score",
     ),
     (
         "trace-matrix-short",
-        edit(setter("snapshots", 1, "traces", 0, "hypotheses", 0, "cross_attention", 0, value=[])),
+        edit(set_in(["snapshots", 1, "traces", 0, "hypotheses", 0, "cross_attention", 0], [])),
         "snapshots[1].traces[0]: hypotheses[0].cross_attention[0]: expected",
     ),
 ]
