@@ -60,7 +60,7 @@ def worker(way: str, model: Path, sentences: int, threads: int) -> None:
 
     torch.set_num_threads(threads)
     sources = (CORPUS / "test2016.en").read_text(encoding="utf-8").splitlines()[:sentences]
-    engine = "ctranslate2" if way == "ctranslate2" else "torch"
+    engine = "ctranslate2" if way == "ctranslate2" else "torch"  # an --env-way is heedful
     translator = load_translator(model, engine, threads=threads)
     for beams in BEAMS:  # warm-up: first-touch allocations, lazily built kernels
         translator.translate(sources[:BATCH], num_beams=beams, batch_size=BATCH)
@@ -209,6 +209,9 @@ def run(args) -> dict:
     ways = {"heedful": bench_env, "ctranslate2": bench_env}
     if args.baseline:
         ways["baseline"] = dict(env, PYTHONPATH=str(args.baseline.resolve()))
+    for spec in args.env_way:  # NAME=VAR:VALUE,...: heedful again, under other settings
+        name, _, pairs = spec.partition("=")
+        ways[name] = dict(bench_env, **dict(p.split(":", 1) for p in pairs.split(",")))
     workers = {way: Worker(way, args, e) for way, e in ways.items()}
     names = list(workers)
     times = {b: {w: [] for w in names} for b in BEAMS}
@@ -349,6 +352,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another heedful src/ tree, run beside")
     parser.add_argument("--avx2", action="store_true", help="cap every library at AVX2")
+    parser.add_argument(
+        "--env-way",
+        action="append",
+        default=[],
+        metavar="NAME=VAR:VALUE,...",
+        help="heedful once more as way NAME, its worker under these environment variables "
+        "(e.g. spin300k=GOMP_SPINCOUNT:300000: OpenMP threads that spin longer)",
+    )
     parser.add_argument("--threads", type=int, default=THREADS)
     parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
