@@ -3,11 +3,13 @@
     python docs/screenshots.py                       # trains the two demo models first (minutes)
     python docs/screenshots.py --transformer DIR --rnn DIR   # or takes model directories
     python docs/screenshots.py --images-only [--captions DIR]  # only the image model's pictures
+    python docs/tour_run.py                          # the tour run, then these from its models
 
 The Transformer is the dates demo's, the RNN (Bahdanau attention) the dialogue demo's, the
 image model the captions demo's default (a CNN with a self-attention layer over its cells,
 under a Transformer decoder; the demo's own training budget), so the pictures show what a
-reader of the tour gets. Each view is opened the way a
+reader of the tour gets; the training slider's pictures are of the dates demo's snapshots
+(its --out, which `--training` can name). Each view is opened the way a
 reader opens it (a tab, a clicked cell, the step buttons) in headless Chromium, and the viewer's
 element is captured to docs/img/viewer-*.png. Needs chromium and chromedriver (README, "Two
 commands").
@@ -111,6 +113,28 @@ def image_shots(driver, model: Path, tmp: Path) -> None:
     capture(driver, page, "image-rollout", "replay-image", choose + click)
 
 
+def training_shots(driver, run_dir: Path, tmp: Path) -> None:
+    """The training slider's page of a demo's snapshots (heedful attention RUN_DIR --html) at
+    step 0, at the first validation and at the last step: the same sentence's alignment matrix
+    from the random weights of step 0, through a model half-way to its target, to the trained
+    model's (docs/img/viewer-training-*.png)."""
+    from heedful.visualize.snapshots import read_snapshots, render_snapshots
+
+    data = read_snapshots(run_dir)
+    page = tmp / "training.html"
+    page.write_text(render_snapshots(data, run_dir.name), encoding="utf-8")
+    count = len(data["snapshots"])
+    driver.set_window_size(1280, 1380)
+    driver.get(page.as_uri())
+    for name, index in (("first", 0), ("early", 1), ("last", count - 1)):
+        driver.execute_script(f"heedfulSnapshots.go({index});")
+        driver.execute_script("return new Promise((done) => setTimeout(done, 1500));")
+        path = IMG / f"viewer-training-{name}.png"
+        driver.find_element("css selector", "body").screenshot(str(path))
+        print(f"wrote {path}")
+    driver.set_window_size(1280, 2400)
+
+
 def main() -> None:
     from heedful.demo.captions import DEFAULT_MODEL
 
@@ -119,6 +143,7 @@ def main() -> None:
     parser.add_argument("--rnn", type=Path, help="a dialogue RNN model directory")
     parser.add_argument("--captions", type=Path, help="a captions (image) model directory")
     parser.add_argument("--images-only", action="store_true", help="only the image pictures")
+    parser.add_argument("--training", type=Path, help="a dates demo's --out, with snapshots")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="heedful-shots-") as tmp:
         if not args.images_only:
@@ -129,6 +154,7 @@ def main() -> None:
         try:
             if not args.images_only:
                 shots(driver, transformer, rnn)
+                training_shots(driver, args.training or transformer.parent, Path(tmp))
             image_shots(driver, captions, Path(tmp))
         finally:
             driver.quit()

@@ -1,6 +1,7 @@
 """The demo end to end on a tiny budget, and the CLI around it."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -76,19 +77,23 @@ def test_stopping_by_max_time_warns_and_labels_the_heatmap(tmp_path, monkeypatch
     assert f"exact match is only {result.exact_match:.1%}" in warning
     assert "rerun with a larger --max-time, or on an idle machine" in warning
     assert lines.index(warning) < next(i for i, ln in enumerate(lines) if "heatmap:" in ln)
-    [title] = titles
-    assert title.startswith(f"UNDERTRAINED, exact match {result.exact_match:.0%}: transformer")
+    [title] = titles  # the training status first (issue 28, item 5), then the sentence
+    status = f"UNDERTRAINED: trained {result.steps} steps (stopped by max_time)\nexact match "
+    assert title.startswith(status + f"{100 * result.exact_match:.1f}% on ")
+    assert "\ntransformer: " in title
 
 
 def test_the_warning_names_what_to_do():
+    timed = replace(DEMO_TRAIN, max_time=150.0)  # a --max-time given: the demos have none
     assert undertrained_warning("validation", 1.0, DEMO_TRAIN) is None
-    assert undertrained_warning("max_time", 1.0, DEMO_TRAIN) is None  # short, yet all right
-    short = undertrained_warning("max_time", 0.984, DEMO_TRAIN)  # close, but short of its target
+    assert undertrained_warning("max_time", 1.0, timed) is None  # short, yet all right
+    short = undertrained_warning("max_time", 0.984, timed)  # close, but short of its target
     assert short == (
         "warning: training stopped by --max-time (150 s) before its target (every development "
         "pair right); exact match 98.4%: rerun with a larger --max-time, or on an idle machine"
     )
-    assert "--max-steps (6000)" in undertrained_warning("max_steps", 0.95, DEMO_TRAIN)
+    budget = undertrained_warning("max_steps", 0.95, DEMO_TRAIN)
+    assert "stopped at its step budget (--max-steps 6000) before its target" in budget
     low = undertrained_warning("validation", 0.5, DEMO_TRAIN)  # good on dev, bad on held-out
     assert "exact match is only 50.0%" in low and "--train-size" in low
 

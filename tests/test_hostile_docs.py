@@ -17,6 +17,7 @@ import test_hostile_model_dirs as model_dirs
 import test_hostile_output_dirs as output_dirs
 import test_hostile_training as training
 import test_recipes as recipes
+import test_training_status as training_status
 from data import test_hostile_images as images
 from data import test_hostile_prepared as prepared
 from hf import test_hostile as hf_dirs
@@ -27,6 +28,7 @@ from server import test_hostile as server
 from server import test_hostile_deadlines as deadlines
 from server import test_lt_hostile as lt_hostile
 from visualize import test_hostile_image_traces as image_traces
+from visualize import test_hostile_snapshots as snapshots
 from visualize import test_hostile_traces as traces
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "hostile-inputs.md"
@@ -36,6 +38,7 @@ HF_EXTRA = 3  # tests/hf/test_hostile.py: several end tokens (beams 1 and 4), th
 SIZE_LIMIT = 1  # test_hostile_traces.py's file over the size limit, beside its table
 CAPTION_EXTRA = 4  # test_caption_upload.py: 2 pictures under a memory cap, one decode, a jam
 HEADS_EXTRA = 1  # test_heads.py: an RNN given to `heedful heads`, refused by name
+SNAPSHOTS_EXTRA = 2  # test_hostile_snapshots.py: a file over the size limit, a run without one
 
 
 def documented() -> dict[str, int]:
@@ -86,6 +89,9 @@ def test_the_documented_counts_are_the_tables():
         + len(heads.HOSTILE_HEADS)
         + len(heads.HOSTILE_FILES)
         + HEADS_EXTRA,
+        "`tests/visualize/test_hostile_snapshots.py` (`CASES`": len(snapshots.CASES)
+        + SNAPSHOTS_EXTRA,
+        "`tests/test_training_status.py` (`HOSTILE`": len(training_status.HOSTILE),
     }
     for start, n in expected.items():
         [row] = [name for name in counts if name.startswith(start)]

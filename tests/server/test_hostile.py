@@ -147,6 +147,11 @@ def http(method: str, path: str, body: bytes | None = None, **headers: str) -> C
     return send
 
 
+def masking(value: bytes) -> Callable:
+    """POST /translate of GOOD with mask_heads set to `value` (JSON)."""
+    return json_post("/translate", GOOD[:-1] + b', "mask_heads": ' + value + b"}")
+
+
 def json_post(path: str, body: bytes) -> Callable:
     return http("POST", path, body, Content_Type="application/json")
 
@@ -481,6 +486,87 @@ CASES = [
     pytest.param(
         http("POST", "/detect", b"q=abc", Content_Type="text/plain"), 415,
         "unsupported Content-Type 'text/plain'", id="row0-detect-text-plain",
+    ),
+    # issue 28, item 4: mask_heads, the heads switched off (the model: 1 + 1 layers, 4 heads)
+    pytest.param(masking(b"[]"), 200, "translatedText", id="row0-mask-heads-empty-list"),
+    pytest.param(masking(b'""'), 200, "translatedText", id="row0-mask-heads-empty-text"),
+    pytest.param(
+        masking(b'["cross:1:2", "encoder:1"]'), 200, "translatedText", id="row0-mask-heads-list"
+    ),
+    pytest.param(
+        http("POST", "/translate", QUERY.encode() + b"&mask_heads=cross:1:1,decoder:1:4", **FORM),
+        200, "translatedText", id="row0-mask-heads-form",
+    ),
+    pytest.param(
+        http("POST", "/translate?" + QUERY + "&mask_heads=cross:1"), 200, "translatedText",
+        id="row0-mask-heads-query",
+    ),
+    pytest.param(
+        masking(json.dumps(["cross:1:1"] * 65).encode()), 400, "lists 65 heads; at most 64",
+        id="row0-mask-heads-huge-list",
+    ),
+    pytest.param(
+        masking(json.dumps("cross:1:1," * 300).encode()), 400, "lists 301 heads; at most 64",
+        id="row0-mask-heads-huge-text",
+    ),
+    pytest.param(
+        masking(b'"cross:1:' + b"9" * 3000 + b'"'), 400, "is not a head: kind:layer[:head]",
+        id="row0-mask-heads-huge-number",
+    ),
+    pytest.param(masking(b'"cross:"'), 400, '"cross:" is not a head', id="row0-mask-heads-cut"),
+    pytest.param(
+        masking(b'"cross:1:"'), 400, '"cross:1:" is not a head', id="row0-mask-heads-cut-head"
+    ),
+    pytest.param(
+        masking(b"5"), 400, "mask_heads must be a list of heads or a text of them, got 5",
+        id="row0-mask-heads-number",
+    ),
+    pytest.param(
+        masking(b"null"), 400, "must be a list of heads or a text of them, got null",
+        id="row0-mask-heads-null",
+    ),
+    pytest.param(
+        masking(b'{"cross": 1}'), 400, "must be a list of heads or a text",
+        id="row0-mask-heads-object",
+    ),
+    pytest.param(
+        masking(b"[1]"), 400, "mask_heads: 1 is not a head", id="row0-mask-heads-list-int"
+    ),
+    pytest.param(
+        masking(b"[1e999]"), 400, "mask_heads: Infinity is not a head",
+        id="row0-mask-heads-non-finite",
+    ),
+    pytest.param(
+        masking(b'"cross:1.5"'), 400, '"cross:1.5" is not a head', id="row0-mask-heads-fraction"
+    ),
+    pytest.param(
+        masking(b'"cross:01"'), 400, '"cross:01" is not a head', id="row0-mask-heads-leading-zero"
+    ),
+    pytest.param(
+        masking(b'"cross:0"'), 400, "the layer and head counted from 1", id="row0-mask-heads-zero"
+    ),
+    pytest.param(
+        masking(b'" cross:1"'), 400, '" cross:1" is not a head', id="row0-mask-heads-space"
+    ),
+    pytest.param(
+        masking('"cross:\u0661"'.encode()), 400, "is not a head", id="row0-mask-heads-arabic-digit"
+    ),
+    pytest.param(
+        http("POST", "/translate", QUERY.encode() + b"&mask_heads=cross:\xff", **FORM), 400,
+        "invalid form", id="row0-mask-heads-latin1-form",
+    ),
+    pytest.param(
+        masking(b'"self:1"'), 400, "the kind one of encoder, decoder, cross",
+        id="row0-mask-heads-unknown-kind",
+    ),
+    pytest.param(
+        masking(b'"cross:2"'), 400, "mask_heads: cross:2: the cross attention has layers 1 to 1",
+        id="row0-mask-heads-layer-the-model-lacks",
+    ),
+    pytest.param(
+        masking(b'["encoder:1:1", "decoder:1:5"]'), 400,
+        "mask_heads: decoder:1:5: layer 1 has heads 1 to 4",
+        id="row0-mask-heads-head-the-model-lacks",
     ),
 ]  # fmt: skip
 

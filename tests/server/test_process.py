@@ -88,10 +88,18 @@ def accepted_unless_the_prefix_outgrows_the_output(ctx, response, case):
     a prefix of more tokens than the text's output limit (a function of the model and the
     text's length) is a 400 that names both (issue 15's bad input); one the model's target
     vocabulary cannot spell is a 400 naming its characters (issue 26, prefix.prefix_ids);
-    and search settings at odds with each other, each within its field's bounds, which are
+    search settings at odds with each other, each within its field's bounds, which are
     its setting's (config/search.py), are a 400 naming both as SearchSettings' check does
-    ("field generation.<name> must ..."): a schema of fields says nothing of two together."""
-    model_bound = ("more than the output", "which the target vocabulary lacks", "generation.")
+    ("field generation.<name> must ..."): a schema of fields says nothing of two together;
+    and a head to switch off that the model lacks (mask_heads: the schema says how heads are
+    written, the model which it has) is a 400 naming the head (issue 28)."""
+    model_bound = (
+        "more than the output",
+        "which the target vocabulary lacks",
+        "generation.",
+        "attention has layers 1 to",
+        "has heads 1 to",
+    )
     if response.status_code == 400 and any(words in response.text for words in model_bound):
         return None
     return positive_data_acceptance(ctx, response, case)

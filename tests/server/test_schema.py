@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heedful.server import ApiError
+from heedful.server.head_field import Heads
 from heedful.server.schema import (
     MAX_FIELDS,
     Boolean,
@@ -75,6 +76,27 @@ def edge_values(field) -> list:
         return texts + [["ab"] * n for n in counts] + [["ab", text] for text in texts]
     if isinstance(field, Boolean):
         return [True, False, "true", 1, 0]
+    if isinstance(field, Heads):  # the syntax only: whether the model has them is the plan's
+        heads = [f"cross:{n}:{n}" for n in range(1, field.max_items + 2)]
+        return [
+            "cross:1:1",
+            "cross:1",
+            "encoder:2:3,decoder:1",
+            "cross:999999",
+            "cross:1000000",
+            "cross:01",
+            "cross:0",
+            "cross:1:",
+            "cross:1 ",
+            "x:1",
+            "cross:1,",
+            ",cross:1",
+            heads[:-1],
+            heads,
+            ",".join(heads[:-1]),
+            ",".join(heads),
+            ["cross:1", 1],
+        ]
     return [*getattr(field, "enum", ()), "fr", "html", "auto", "x" * 30]
 
 

@@ -60,6 +60,8 @@ def case(id_, make, fragments):
     return pytest.param(make, fragments, id=id_)
 
 
+MASKED = {"kind": "cross", "layer": 1, "head": 1}
+
 CASES = [
     case("empty-file", raw(b""), ["not valid JSON"]),
     case("not-json", text("this is not a trace"), ["not valid JSON"]),
@@ -127,6 +129,31 @@ CASES = [
     case("internals-list", edit(set_in(["internals"], [1, 2])), ["internals: expected an object"]),
     case("internals-bool-leaf", edit(set_in(["internals"], {"encoder": {"q": [True]}})),
          ["internals.encoder.q[0]: expected a number"]),
+    # issue 28, item 4: the heads switched off (the base: 2 + 2 layers, 2 heads)
+    case("masked-heads-object", edit(set_in(["masked_heads"], {"cross": 1})),
+         ["masked_heads: expected a list of heads"]),
+    case("masked-heads-text", edit(set_in(["masked_heads"], "cross:1")),
+         ["masked_heads: expected a list of heads"]),
+    case("masked-head-number", edit(set_in(["masked_heads"], [3])),
+         ["masked_heads[0]: expected an object"]),
+    case("masked-head-keys", edit(set_in(["masked_heads"], [{"kind": "cross", "layer": 1}])),
+         ["masked_heads[0]: must have exactly the keys kind, layer and head"]),
+    case("masked-head-kind", edit(set_in(["masked_heads"], [MASKED | {"kind": "self"}])),
+         ["masked_heads[0].kind: must be one of cross, encoder, decoder"]),
+    case("masked-head-layer-zero", edit(set_in(["masked_heads"], [MASKED | {"layer": 0}])),
+         ["masked_heads[0].layer: must be from 1 to 2, got 0"]),
+    case("masked-head-layer-over", edit(set_in(["masked_heads"], [MASKED | {"layer": 3}])),
+         ["masked_heads[0].layer: must be from 1 to 2, got 3"]),
+    case("masked-head-over", edit(set_in(["masked_heads"], [MASKED | {"head": 3}])),
+         ["masked_heads[0].head: must be from 1 to 2, got 3"]),
+    case("masked-head-text", edit(set_in(["masked_heads"], [MASKED | {"head": "1"}])),
+         ["masked_heads[0].head: expected a whole number"]),
+    case("masked-head-infinite", edit(set_in(["masked_heads"], [MASKED | {"layer": 1e400}])),
+         ["Infinity", "not a number JSON allows"]),
+    case("masked-heads-huge", edit(set_in(["masked_heads"], [MASKED] * 40_000)),
+         ["masked_heads: 40,000 heads, more than the model can have"]),
+    case("masked-head-rnn", edit(set_in(["masked_heads"], [MASKED | {"head": 2}]), "rnn"),
+         ["masked_heads[0].head: must be from 1 to 1, got 2"]),
 ]  # fmt: skip
 
 

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from heedful.checkpoint.slots import load_side, load_source, reads_images, text_tokenizer
+from heedful.checkpoint.status import STATUS_FILE, read_status, write_status
 from heedful.checkpoint.weights import check_computed_buffers, check_weights, load_weights
 from heedful.config import ConfigError, GenerationConfig, ModelConfig, from_dict, read_model
 from heedful.config.flat import kind_of
@@ -54,7 +55,7 @@ CTRANSLATE2_DIR = "ctranslate2"  # an export's CTranslate2 model (export.py)
 MAX_JSON_BYTES = 1 << 20  # config.json and generation.json (a few hundred bytes when written)
 MAX_SIZE = 2**31 - 1  # any size or count in config.json
 MODEL_FILES = ("config.json", "model.safetensors", TEXT_SLOT, IMAGE_SLOT, "tokenizer.tgt",
-               "generation.json")  # fmt: skip
+               "generation.json", STATUS_FILE)  # fmt: skip
 
 
 def heedful_config(directory: Path) -> dict | None:
@@ -131,17 +132,21 @@ def save_model_dir(
     languages: tuple[str, str] = ("src", "tgt"),
     pairs: tuple[tuple[str, str], ...] | None = None,
     inputs: Iterable[str | Path] = (),
+    status: dict | None = None,
 ) -> Path:
     """Write a complete model directory atomically (staged, then renamed into place).
 
     source: a Source (data/sources.py) or a text model's source tokenizer. An existing
     `directory` is replaced only if it is a model directory and nothing else, and not one of
-    `inputs` (the directories read to make this one) or around or inside them.
+    `inputs` (the directories read to make this one) or around or inside them. status: how
+    it was trained (checkpoint/status.py's training.json), or None to say nothing.
     """
     with staged(directory, check=replaceable(MODEL_DIRECTORY, inputs)) as build:
         write_model_files(
             build, model, model_config, source, tgt_tokenizer, generation, languages, pairs
         )
+        if status is not None:
+            write_status(build, status)
     return Path(directory)
 
 
@@ -156,6 +161,7 @@ class LoadedModel:
     tgt_lang: str
     pairs: tuple[tuple[str, str], ...] = ()  # data/languages.py: every pair it translates
     target_tokens: bool = False  # multilingual: reads <2de> first (Johnson et al. 2017)
+    training: dict | None = None  # checkpoint/status.py: how it was trained, when it says
 
     @property
     def src_tokenizer(self):
@@ -270,7 +276,7 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     pairs, tokens = model_pairs(meta, directory / "config.json")
     if source.kind == "text":
         _check_text_source(directory, model_config, source, pairs if tokens else ())
-    generation = read_generation(directory)
+    generation, training = read_generation(directory), read_status(directory)
     model = build_model(model_config, *sizes)
     load_weights(model, directory / "model.safetensors")
     return LoadedModel(
@@ -283,6 +289,7 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
         meta.get("tgt_lang", "tgt"),
         pairs,
         tokens,
+        training,
     )
 
 

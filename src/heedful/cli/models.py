@@ -26,7 +26,41 @@ def _demo_options() -> list[click.Parameter]:
         help="What it learns: human-written dates to ISO dates, the articles' toy chatbot "
         '("Hi, How are you?" -> "I am fine"), or captions of generated scenes of shapes.',
     )
-    return [model, task, threads_option()]
+    return [model, task, *_budget_options(DEMO_TASKS), threads_option()]
+
+
+def _budgets(task) -> str:
+    """A task's step budgets: "transformer 4800, rnn-bahdanau 1000, ...", or "rnn-* 2400"
+    where every RNN has the same."""
+    budgets = {model: task.step_budget(model) for model in task.models}
+    rnns = {steps for model, steps in budgets.items() if model.startswith("rnn-")}
+    if len(rnns) != 1:
+        return ", ".join(f"{model} {steps}" for model, steps in budgets.items())
+    others = [f"{m} {n}" for m, n in budgets.items() if not m.startswith("rnn-")]
+    return ", ".join([*others, f"rnn-* {rnns.pop()}"])
+
+
+def _budget_options(tasks: dict) -> list[click.Parameter]:
+    """--max-steps, whose help lists every model's step budget, and --max-time."""
+    budgets = "; ".join(f"{name}: {_budgets(task)}" for name, task in tasks.items())
+    steps = click.Option(
+        ["--max-steps"],
+        type=POSITIVE,
+        default=None,
+        help="Stop after this many steps [default: the model's step budget, the steps it was "
+        "measured to need for its target, with a margin (docs/benchmarks.md): "
+        f"{budgets}]. Training stops sooner once every development pair is right. Steps, not "
+        "seconds: a busy machine trains the same model as an idle one, only slower.",
+    )
+    seconds = click.Option(
+        ["--max-time"],
+        type=float,
+        default=None,
+        help="Also stop after this many seconds [default: no limit]. A time limit makes the "
+        "model depend on the machine: a busy one trains fewer steps in it, and the demo then "
+        "says its model is undertrained.",
+    )
+    return [steps, seconds]
 
 
 @click.command(
@@ -46,20 +80,6 @@ def _demo_options() -> list[click.Parameter]:
     default=None,
     help="Generated training pairs [default: the task's, 40000 dates, 6000 questions or "
     "20000 scenes].",
-)
-@click.option(
-    "--max-steps",
-    type=int,
-    default=None,
-    help="Stop after this many steps [default: the task's, 6000 dates or questions, 20000 "
-    "scenes; training stops sooner when every development pair is right].",
-)
-@click.option(
-    "--max-time",
-    type=float,
-    default=None,
-    help="Stop after this many seconds [default: 150, every task's budget; a busy machine "
-    "trains fewer steps in it, and the demo then warns that its model is undertrained].",
 )
 @click.option(
     "--seed",

@@ -36,10 +36,10 @@ def _kind_option(help: str | None = None):
 @click.command(
     cls=Deferred,
     later=_kind_option("Which attention the picture shows."),
-    short_help="Translate a sentence and show where the model looked.",
+    short_help="Translate a sentence and show where the model looked (or looked over training).",
 )
-@click.argument("model_dir", type=DIRECTORY)
-@click.argument("sentence")
+@click.argument("model_dir", type=click.Path())
+@click.argument("sentence", required=False)
 @picture_option("Write a heatmap (format from the suffix: .png, .svg or .pdf).")
 @click.option("--html", "html_path", type=FILE, help="Write the self-contained interactive viewer.")
 @click.option(
@@ -89,24 +89,20 @@ def attention(
     source,
 ) -> None:
     """Translate SENTENCE (an image model: caption the image file it names) and show where
-    the model looked."""
+    the model looked. Without SENTENCE, MODEL_DIR is a run directory (or a demo's --out, or
+    its snapshots.json) whose inputs were traced over training (train.snapshot_sentences):
+    --html writes them with a training-step slider."""
     from heedful.config import beams_for
     from heedful.inference.translator import Translator
     from heedful.visualize.trace import build_trace
 
+    if sentence is None:
+        return _training_viewer(model_dir, html_path, picture or json_path or grid)
     if not (picture or html_path or json_path):
         raise click.UsageError("give at least one of --png/--svg/--pdf, --html or --json")
     translator = Translator.load(model_dir)
     pictures = translator.source.kind == "image"
-    if pictures:  # SENTENCE names a picture (see_image.py)
-        from heedful.cli.see_image import check_picture_options
-
-        check_picture_options(sentence, kind, grid, words)
-    elif picture:  # a view the model does not have is refused before translating
-        from heedful.visualize.heatmap import check_view
-        from heedful.visualize.trace import model_info
-
-        check_view(model_info(translator.config), kind, layer, head, grid)
+    _check_views(translator, sentence, picture, kind, grid, words, layer, head)
     beams = beams_for(num_beams, n_best)
     trace = build_trace(translator, sentence, beams, n_best, target=target, source=source)
     if words:
@@ -129,6 +125,38 @@ def attention(
         click.echo(f"heatmap: {picture}")
     if html_path:
         _write_viewer(trace, html_path)
+
+
+def _check_views(translator, sentence, picture, kind, grid, words, layer, head) -> None:
+    """The views asked for, refused before translating where the model has none of them."""
+    if translator.source.kind == "image":  # SENTENCE names a picture (see_image.py)
+        from heedful.cli.see_image import check_picture_options
+
+        check_picture_options(sentence, kind, grid, words)
+    elif picture:
+        from heedful.visualize.heatmap import check_view
+        from heedful.visualize.trace import model_info
+
+        check_view(model_info(translator.config), kind, layer, head, grid)
+
+
+def _training_viewer(path: str, html_path: str | None, other_output: bool) -> None:
+    """The viewer over training of the snapshots in `path` (visualize/snapshots.py)."""
+    from pathlib import Path
+
+    from heedful.visualize.snapshots import read_snapshots, render_snapshots, snapshots_path
+
+    if other_output or not html_path:
+        raise click.UsageError(
+            "without SENTENCE, MODEL_DIR is a run directory traced over training: give --html "
+            "(its snapshots have no heatmap or trace file of their own)"
+        )
+    data = read_snapshots(path)
+    title = Path(path).resolve().name if Path(path).is_dir() else str(snapshots_path(path))
+    Path(html_path).write_text(render_snapshots(data, title), encoding="utf-8")
+    steps = ", ".join(str(s["step"]) for s in data["snapshots"])
+    click.echo(f"{len(data['inputs'])} inputs traced at steps {steps}")
+    click.echo(f"viewer over training: {html_path}")
 
 
 def _write_viewer(trace, html_path: str) -> None:

@@ -56,10 +56,14 @@ def caption_overlay(
 
 def draw_caption_overlay(translator, image, picture, layer, head, num_beams: int) -> None:
     """--png for an image model: one panel per word of the caption, its attention over the
-    picture (visualize/overlay.py)."""
+    picture (visualize/overlay.py); the title starts with how the model was trained, where
+    its directory says (checkpoint/status.py)."""
+    from heedful.checkpoint.status import status_line
     from heedful.visualize.overlay import draw_overlay
 
     pixels, attention, words, caption = caption_overlay(translator, image, layer, head, num_beams)
     title = f"{caption.text!r}: attention over the image, word by word"
+    if translator.training is not None:
+        title = f"{status_line(translator.training)}\n{title}"
     draw_overlay(pixels, attention, words, Path(picture), title)
     click.echo(f"overlay: {picture} ({len(words)} panels)")

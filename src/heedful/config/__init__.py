@@ -17,6 +17,7 @@ from heedful.config.file import ConfigError, apply_overrides, from_dict, parse_y
 from heedful.config.file import check_choice as _choice
 from heedful.config.file import check_fraction as _fraction
 from heedful.config.file import check_positive as _positive
+from heedful.config.file import check_within as _within
 from heedful.config.flat import read_config, read_model  # noqa: F401
 from heedful.config.model import (  # noqa: F401 (the model section's parts, importable here)
     ARCHS,
@@ -40,6 +41,9 @@ from heedful.config.vision import (  # noqa: F401
 )
 
 MAX_LINE_BYTES = 16 * 2**20  # data.max_line_bytes, and data/lines.py's default for every reader
+# train.snapshot_sentences and train.snapshot_validations at most: with each trace at most
+# 1 MiB (visualize/snapshots.py), a run's snapshots.json stays under 4 × 50 MiB
+MAX_SNAPSHOT_SENTENCES, MAX_SNAPSHOT_VALIDATIONS = 4, 50
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,15 @@ class TrainConfig:
     # torchrun: the processes other than rank 0 print nothing; true writes what they would
     # have printed to rank-N.log in the run directory
     rank_logs: bool = False
+    # The attention filter from random to meaningful (training/snapshots.py): trace this many
+    # fixed validation inputs (the first; at most 4) before the first step and at every
+    # validation into RUN_DIR/snapshots.json, which `heedful attention RUN_DIR --html F` shows
+    # with a training-step slider; 0: off. Bounded: each trace at most 1 MiB (its internals
+    # left out beyond that, the whole trace beyond that again) and at most
+    # snapshot_validations (2 to 50) kept, the first and the latest always, the others
+    # thinned evenly: 2 × 20 take at most 40 MiB, 4 × 50 at most 200 MiB.
+    snapshot_sentences: int = 0
+    snapshot_validations: int = 20
 
     def __post_init__(self) -> None:
         _choice("train.schedule", self.schedule, ("inverse_sqrt", "constant", "linear"))
@@ -184,6 +197,10 @@ class TrainConfig:
         _fraction("train.label_smoothing", self.label_smoothing)
         for i, beta in enumerate(self.betas):
             _fraction(f"train.betas[{i}]", beta)
+        _within("train.snapshot_sentences", self.snapshot_sentences, 0, MAX_SNAPSHOT_SENTENCES)
+        _within(
+            "train.snapshot_validations", self.snapshot_validations, 2, MAX_SNAPSHOT_VALIDATIONS
+        )
 
 
 @dataclass(frozen=True)
@@ -195,6 +212,11 @@ class Config:
 
     def __post_init__(self) -> None:
         check_cache(self.data.source.feature_cache, self.model)  # a frozen trunk's
+        if self.train.snapshot_sentences and self.data.source.feature_cache is not None:
+            raise ConfigError(
+                "train.snapshot_sentences: with data.source.feature_cache the model trains on "
+                "cached cells, not pictures, and there is no picture to trace; set it to 0"
+            )
         check_task_keys(self.data, self.model, self.train, DataConfig())  # text or captions
         # the pointer-generator adds attention on source ids to the same output ids
         data = self.data

@@ -31,6 +31,12 @@ def check_positive(key: str, value: float | None, allow_zero: bool = False) -> N
         raise ConfigError(f"{key}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
+def check_within(key: str, value: int, low: int, high: int) -> None:
+    """low <= value <= high: a count with a floor and a ceiling."""
+    if not low <= value <= high:
+        raise ConfigError(f"{key}: must be from {low} to {high}, got {value}")
+
+
 def check_fraction(key: str, value: float) -> None:
     """value in [0, 1): dropout, label smoothing and Adam's betas all break down at 1."""
     if not 0.0 <= value < 1.0:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from heedful.config import (
+    MAX_SNAPSHOT_SENTENCES,
     CNNEncoderConfig,
     Config,
     DataConfig,
@@ -30,6 +31,7 @@ from heedful.config import (
 )
 from heedful.data.image_pairs import ImagePairs
 from heedful.data.sources import ImageSource
+from heedful.demo.budgets import CAPTION_STEPS, budget_rule
 from heedful.demo.training import DemoData, mark
 from heedful.inference.translator import Translator
 from heedful.models.build import build_model
@@ -72,12 +74,13 @@ DEFAULT_MODEL = "cnn-transformer"  # the best measured at 600 steps (docs/benchm
 CAPTION_TRAIN = TrainConfig(
     batch_tokens=36 * 64,  # 64 scenes of 6 × 6 regions
     max_steps=20_000,
-    max_time=150.0,
+    max_time=None,
     lr=2e-3,
     warmup_steps=100,
     label_smoothing=0.1,
     clip_norm=1.0,
     eval_every=300,  # every 150 went with runs that stalled near 70% (docs/benchmarks.md)
+    snapshot_sentences=2,  # the overlay's scene and a development one, over training
 )
 SEARCH = GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=16)  # captions: ≤ 11
 VOCAB_SIZE = 80  # BPE pieces: the scenes' ~20 words whole, plus their letters
@@ -131,6 +134,11 @@ def _pairs(scenes: SceneSet) -> list[tuple[np.ndarray, str]]:
     return [(scenes.pixels(j), caption) for j, caption in enumerate(scenes.captions)]
 
 
+def _two_shapes(scenes: SceneSet) -> int:
+    """The first scene with two shapes (a relation to say), or the first."""
+    return next((j for j, s in enumerate(scenes.scenes) if len(s.shapes) == 2), 0)
+
+
 class CaptionDemo:
     """What the captions task supplies to demo/run.py's one path (its DemoTask): the scenes
     (DemoData.own: training, development and held-out SceneSets), CAPTION_MODELS over an
@@ -177,7 +185,9 @@ class CaptionDemo:
         dev, source = data.own[1], translator.source
         images = SceneImages(dev, source.transform)
         references = [[caption] for caption in dev.captions]
-        return CaptionValidation(references, images, source, translator.tgt_tokenizer, config)
+        first = [dev.pixels(j) for j in range(min(len(dev), MAX_SNAPSHOT_SENTENCES))]
+        tgt_tok = translator.tgt_tokenizer
+        return CaptionValidation(references, images, source, tgt_tok, config, first)
 
     def scores(self, outputs: list[str], references: list[str]) -> tuple[dict, str]:
         from heedful.evaluation import caption_bleu
@@ -194,7 +204,7 @@ class CaptionDemo:
         from heedful.visualize.overlay import draw_overlay
 
         test = data.own[2]
-        j = next((j for j, s in enumerate(test.scenes) if len(s.shapes) == 2), 0)
+        j = _two_shapes(test)
         [caption] = translator.translate([test.pixels(j)], need_weights=True)
         if caption.attention is None:
             return None
@@ -205,6 +215,15 @@ class CaptionDemo:
         path = draw_overlay(pixels, caption.attention_grid(), caption.tokens, path, title)
         echo(f"attention over the image, word by word: {path}")
         return path
+
+    def snapshot_inputs(self, data: DemoData) -> list[np.ndarray]:
+        """The scene the overlay draws, then the first development scenes."""
+        test, dev = data.own[2], data.own[1]
+        first = range(min(len(dev), MAX_SNAPSHOT_SENTENCES))
+        return [test.pixels(_two_shapes(test)), *(dev.pixels(j) for j in first)]
+
+    def step_budget(self, model: str) -> int:
+        return budget_rule(CAPTION_STEPS, CAPTION_TRAIN.eval_every)[model]
 
     def hint(self, model_dir: Path, data: DemoData, out: Path, drawn) -> str:
         """What to try the model on: a held-out scene, written as out/scene.png."""

@@ -22,6 +22,7 @@ from typing import ClassVar, Protocol
 import torch
 
 from heedful.checkpoint.model_dir import save_model_dir
+from heedful.checkpoint.status import status_line
 from heedful.config import (
     Config,
     DataConfig,
@@ -33,15 +34,17 @@ from heedful.config import (
 )
 from heedful.data.batching import Pairs
 from heedful.data.tokenizers import CharTokenizer
+from heedful.demo.budgets import DATES_STEPS, DIALOGUE_STEPS, budget_rule
 from heedful.demo.captions import CaptionDemo
 from heedful.demo.training import (
-    LOW_EXACT_MATCH,
     BestWeights,
     DemoData,
     WithExactMatch,
     budget,
     mark,
+    snapshots_of,
     train_logged,
+    training_status,
     undertrained_warning,
 )
 from heedful.evaluation import exact_match
@@ -84,16 +87,19 @@ DEMO_MODELS: dict[str, ModelConfig] = {
     **{f"rnn-{name}": _rnn(name, 5 if score.local else 10) for name, score in SCORES.items()},
 }
 
+# Budgets are steps (DemoTask.step_budget), not seconds: a busy machine then trains the same
+# model, only slower; max_steps here is what the tasks' own budgets replace
 DEMO_TRAIN = TrainConfig(
     batch_tokens=2000,
     max_steps=6000,
-    max_time=150.0,
+    max_time=None,
     lr=3e-3,
     warmup_steps=100,
     schedule="inverse_sqrt",
     label_smoothing=0.1,
     clip_norm=1.0,
     eval_every=200,
+    snapshot_sentences=2,  # the heatmap's sentence and a development one, over training
 )
 
 
@@ -120,6 +126,8 @@ class DemoTask(Protocol):
     def scores(self, outputs: list[str], references: list[str]) -> tuple[dict | None, str]: ...
     def example(self, item, output: str, reference: str) -> str: ...  # a report line
     def draw(self, translator, data: DemoData, out: Path, name: str, label: str, echo): ...
+    def snapshot_inputs(self, data: DemoData) -> list: ...  # traced over training, drawn first
+    def step_budget(self, model: str) -> int: ...  # its steps at most (docs/benchmarks.md)
     def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str: ...
 
 
@@ -144,6 +152,8 @@ class TextDemo:
     search: GenerationConfig
     languages: tuple[str, str]
     showcase: Callable[[list[tuple[str, str]]], str]  # held-out pairs -> the source to draw
+    # each model's steps at most (budget_rule), from the steps measured to its target
+    budgets: dict[str, int]
     models: ClassVar[dict] = DEMO_MODELS
     word: ClassVar[str] = "demo"
     data_config: ClassVar[DataConfig] = DataConfig(tokenizer="char")
@@ -192,6 +202,13 @@ class TextDemo:
     def draw(self, translator, data: DemoData, out: Path, name: str, label: str, echo) -> Path:
         return _draw(translator, self.showcase(data.test), out, name, label, echo)
 
+    def snapshot_inputs(self, data: DemoData) -> list[str]:
+        """The source the heatmap draws, then the development sources."""
+        return [self.showcase(data.test), *(source for source, _ in data.dev)]
+
+    def step_budget(self, model: str) -> int:
+        return self.budgets[model]
+
     def hint(self, model_dir: Path, data: DemoData, out: Path, drawn: Path | None) -> str:
         source = self.showcase(data.test)
         shown = drawn is not None and drawn.suffix == ".png"  # rnn-none draws no heatmap
@@ -203,13 +220,14 @@ DEMO_TASKS: dict[str, DemoTask] = {
     "dates": TextDemo(
         "dates", dates_task, "transformer", (40_000, 1000), "held-out dates",
         GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=12),
-        ("dates", "iso"), _clear_alignment,
+        ("dates", "iso"), _clear_alignment, budget_rule(DATES_STEPS, DEMO_TRAIN.eval_every),
     ),
     # the seq2seq article's chatbot is an RNN; replies are at most 24 characters
     "dialogue": TextDemo(
         "dialogue", dialogue_task, "rnn-bahdanau", (6000, 500), "held-out questions",
         GenerationConfig(num_beams=1, max_len_ratio=0.0, max_len_offset=30),
         ("dialogue", "reply"), lambda _: ARTICLE_PAIR[0],
+        budget_rule(DIALOGUE_STEPS, DEMO_TRAIN.eval_every),
     ),
     "captions": CaptionDemo(),  # pictures in (demo/captions.py)
 }  # fmt: skip
@@ -226,7 +244,7 @@ class DemoResult:
     model_dir: Path | None = None  # the trained model, for `heedful attention` / `explain`
     stopped_by: str = ""  # validation (it reached its target) | max_steps | max_time
     metrics: Path | None = None  # the training log, for `heedful curves`
-    undertrained: bool = False  # held-out exact match below LOW_EXACT_MATCH
+    undertrained: bool = False  # held-out exact match below demo/training.py's LOW_EXACT_MATCH
     bleu: dict | None = None  # captions: caption_bleu's bleu1..bleu4 and signature
 
 
@@ -246,11 +264,13 @@ def run_demo(
     progress: bool = True,
     echo=print,
     task: str = "dates",
+    snapshots: int | None = None,
 ) -> DemoResult:
     """Generate the task, train a model on it (the task's models[model_name]: DEMO_MODELS for
     text, demo/captions.py's CAPTION_MODELS for captions), score it, draw its attention and
     save it under out_dir; `echo` receives each line of the report. The model and the sizes
-    default to the task's."""
+    default to the task's; `snapshots`, the inputs traced over training into
+    out_dir/snapshots.json (0: none), too."""
     _check_choice("demo task", task, DEMO_TASKS)
     demo, out_dir = DEMO_TASKS[task], Path(out_dir)
     model_name = model_name or demo.model_name
@@ -261,25 +281,29 @@ def run_demo(
     n_params = sum(p.numel() for p in translator.model.parameters())
     echo(demo.intro(data))
     echo(f"model: {model_name} ({n_params / 1e6:.2f}M parameters)")
-    train = budget(demo.train, max_steps, max_time, seed)
+    train = budget(demo.train, max_steps or demo.step_budget(model_name), max_time, seed, snapshots)
     config = Config(demo.data_config, demo.models[model_name], train=train, generation=demo.search)
     result, kept = _train(translator, demo, data, config, out_dir, progress)
     stopped = f"(stopped by {result.stopped_by}){kept}"
     echo(f"trained {result.steps} steps in {result.seconds:.0f} s {stopped}")
     curves = f"heedful curves {out_dir} --png {out_dir / 'curves.png'}"
     echo(f"training log: {out_dir / 'metrics.jsonl'} (draw it: {curves})")
+    if config.train.snapshot_sentences:
+        slider = f"heedful attention {out_dir} --html {out_dir / 'training.html'}"
+        echo(f"attention over training: {out_dir / 'snapshots.json'} (see it: {slider})")
     accuracy, bleu, examples = _score(translator, demo, data.test, echo)
     warning = undertrained_warning(result.stopped_by, accuracy, config.train)
     if warning:
         echo(warning)
-    undertrained = accuracy < LOW_EXACT_MATCH
-    label = f"UNDERTRAINED, exact match {accuracy:.0%}: " if undertrained else ""
+    status = training_status(result, accuracy, bleu, f"{len(data.test)} {demo.what}")
+    translator.training = status  # its model directory and every trace of it say it too
+    label = status_line(status, sep="\n") + "\n"  # the picture's title starts with it
     drawn = demo.draw(translator, data, out_dir, model_name, label, echo)
-    model_dir = _save(translator, config.model, demo, out_dir / f"model-{model_name}")
+    model_dir = _save(translator, config.model, demo, out_dir / f"model-{model_name}", status)
     echo(f"model: {model_dir}{demo.hint(model_dir, data, out_dir, drawn)}")
     metrics = out_dir / "metrics.jsonl"
     run = (result.steps, result.seconds, drawn, examples, model_dir, result.stopped_by, metrics)
-    return DemoResult(model_name, accuracy, *run, undertrained, bleu)
+    return DemoResult(model_name, accuracy, *run, status["undertrained"], bleu)
 
 
 def _train(translator: Translator, demo, data: DemoData, config: Config, out: Path, progress):
@@ -297,7 +321,8 @@ def _train(translator: Translator, demo, data: DemoData, config: Config, out: Pa
         return best.offer(model, metrics) if demo.keep_best else metrics
 
     pairs = demo.pairs(translator, data)
-    result = train_logged(translator.model, pairs, config, validate, out, progress)
+    snapshots = snapshots_of(translator, demo.snapshot_inputs(data), config, out)
+    result = train_logged(translator.model, pairs, config, validate, out, progress, snapshots)
     if not demo.keep_best:
         return result, ""
     with torch.no_grad():
@@ -307,11 +332,12 @@ def _train(translator: Translator, demo, data: DemoData, config: Config, out: Pa
     return result, f"{kept} ({best.score:.1%})"
 
 
-def _save(translator: Translator, model_config, demo, model_dir: Path) -> Path:
-    """The trained demo model as a model directory that every command reads."""
-    src, tgt = translator.source, translator.tgt_tokenizer
-    search, languages = demo.search, demo.languages
-    return save_model_dir(model_dir, translator.model, model_config, src, tgt, search, languages)
+def _save(translator: Translator, model_config, demo, model_dir: Path, status: dict) -> Path:
+    """The trained demo model as a model directory that every command reads, saying how it
+    was trained (checkpoint/status.py)."""
+    src, tgt, model = translator.source, translator.tgt_tokenizer, translator.model
+    sides = (model, model_config, src, tgt, demo.search, demo.languages)
+    return save_model_dir(model_dir, *sides, status=status)
 
 
 def _score(translator: Translator, demo, test: list, echo) -> tuple[float, dict | None, list]:
@@ -333,7 +359,7 @@ def _score(translator: Translator, demo, test: list, echo) -> tuple[float, dict 
 
 def _draw(translator: Translator, source: str, out_dir: Path, model_name: str, label: str, echo):
     """The heatmap of `source` (last layer's cross-attention, heads averaged); `label` (the
-    undertrained warning, or "") starts its title."""
+    training status, "UNDERTRAINED" first when it is) starts its title."""
     [t] = translator.translate([source], need_weights=True)
     echo(f"{source!r} -> {t.text!r}")
     if t.attention is None:  # rnn-none has no attention: show why it struggles instead

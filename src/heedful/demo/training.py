@@ -40,6 +40,7 @@ class WithExactMatch:
 
     def __init__(self, valid, references: list[str]):
         self.valid, self.references, self.sides = valid, references, valid.sides
+        self.inputs = valid.inputs
 
     def loss_batches(self):
         return self.valid.loss_batches()
@@ -68,9 +69,17 @@ class BestWeights:
         return metrics
 
 
-def budget(train: TrainConfig, max_steps: int | None, max_time: float | None, seed: int):
-    """A task's TrainConfig with the caller's budget and seed."""
+def budget(
+    train: TrainConfig,
+    max_steps: int | None,
+    max_time: float | None,
+    seed: int,
+    snapshots: int | None = None,
+):
+    """A task's TrainConfig with the caller's budget, seed and inputs traced over training."""
     train = replace(train, seed=seed)
+    if snapshots is not None:
+        train = replace(train, snapshot_sentences=snapshots)
     if max_steps is not None:
         train = replace(train, max_steps=max_steps, eval_every=min(train.eval_every, max_steps))
     if max_time is not None:
@@ -78,10 +87,26 @@ def budget(train: TrainConfig, max_steps: int | None, max_time: float | None, se
     return train
 
 
-def train_logged(model, pairs, config: Config, validate, out: Path, progress: bool):
+def snapshots_of(translator, inputs: list, config: Config, out: Path):
+    """The run's snapshots (training/snapshots.py) into out/snapshots.json, or None (and an
+    earlier run's file gone) when the config asks for none."""
+    from heedful.training.snapshots import Snapshots
+    from heedful.visualize.snapshots import FILE_NAME
+
+    path = out / FILE_NAME
+    if not config.train.snapshot_sentences:
+        path.unlink(missing_ok=True)
+        return None
+    sides = (translator.source, translator.tgt_tokenizer)
+    return Snapshots(path, inputs, sides, config, translator.device, print)
+
+
+def train_logged(model, pairs, config: Config, validate, out: Path, progress: bool, snapshots=None):
     """Train `model` on `pairs`, validating with `validate` (it scores exact_match on the
     development pairs), logging to out/metrics.jsonl; stop once every development pair is
-    right. The validations are logged in place of checkpoints: a demo saves its model once."""
+    right. The validations are logged in place of checkpoints: a demo saves its model once.
+    `snapshots` (training/snapshots.py), if any, trace their inputs before the first step
+    and at every validation, into out/snapshots.json."""
     from heedful.training.loop import Distributed
     from heedful.training.loop import train as train_model
     from heedful.training.run_dir import Run
@@ -90,9 +115,14 @@ def train_logged(model, pairs, config: Config, validate, out: Path, progress: bo
     (out / "metrics.jsonl").unlink(missing_ok=True)  # the log of this run only
     run = Run(out, config, Distributed())
 
-    def log_validation(_state, metrics: dict | None) -> None:  # instead of a checkpoint
+    def log_validation(state, metrics: dict | None) -> None:  # instead of a checkpoint
         if metrics is not None:
             run.log({"event": "validation", **metrics})
+            if snapshots is not None:
+                snapshots.take(model, state.progress.step, metrics)
+
+    if snapshots is not None:
+        snapshots.start(model, 0)  # the untrained model's traces
 
     return train_model(
         model,
@@ -106,6 +136,24 @@ def train_logged(model, pairs, config: Config, validate, out: Path, progress: bo
     )
 
 
+def training_status(result, accuracy: float, scores: dict | None, on: str) -> dict:
+    """What the demo's model directory says of its training (checkpoint/status.py): its steps,
+    why it stopped, its held-out exact match (and a task's other numbers: captions' BLEU) and
+    whether it is undertrained (exact match below LOW_EXACT_MATCH)."""
+    numbers = {
+        name: value
+        for name, value in (scores or {}).items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+    return {
+        "steps": result.steps,
+        "stopped_by": result.stopped_by,
+        "scores": {"exact_match": accuracy, **numbers},
+        "on": on,
+        "undertrained": accuracy < LOW_EXACT_MATCH,
+    }
+
+
 def undertrained_warning(stopped_by: str, accuracy: float, config: TrainConfig) -> str | None:
     """One line saying what went wrong and what to do, or None if the model reached its
     target (every development pair right) and scores well on the held-out pairs."""
@@ -116,7 +164,8 @@ def undertrained_warning(stopped_by: str, accuracy: float, config: TrainConfig) 
         why = f"training stopped by --max-time ({config.max_time:g} s) before its target"
         fix = "rerun with a larger --max-time, or on an idle machine"
     elif stopped_by == "max_steps":
-        why = f"training stopped by --max-steps ({config.max_steps}) before its target"
+        budget = f"its step budget (--max-steps {config.max_steps})"
+        why = f"training stopped at {budget} before its target"
         fix = "rerun with a larger --max-steps"
     else:
         why = f"training stopped by {stopped_by}"

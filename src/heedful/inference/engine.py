@@ -27,12 +27,14 @@ class Capabilities:
     """What an engine can do: the SearchSettings it honours (one it does not is refused when it
     would change the search: a setting away from its default, the sampling ones with sample
     only), whether it forces prefixes, whether it gives attention weights (need_weights,
-    traces) and whether a trace can record its internals (visualize/internals.py)."""
+    traces), whether a trace can record its internals (visualize/internals.py) and whether
+    attention heads can be switched off (inference/heads.py)."""
 
     settings: frozenset[str] = EVERY_SETTING
     prefixes: bool = True
     attention: bool = True
     internals: bool = True
+    masks: bool = True
     instead: str = "the torch engine, not {engine}"  # what can, said when it refuses
 
 
@@ -53,6 +55,7 @@ class Names:
     prefix: str
     attention: str
     internals: str = "internals=True"  # only the Python API asks for them
+    masks: str = "mask_heads"  # the heads switched off (inference/heads.py)
 
 
 PYTHON = Names({"sample": "sample=True"}, "prefixes", "need_weights=True")
@@ -105,16 +108,22 @@ def check_supported(
     attention: bool = False,
     names: Names = PYTHON,
     internals: bool = False,
+    masks: bool = False,
 ) -> None:
     """Unsupported, naming the setting, for what `engine` cannot do: the one check of it.
 
-    prefixes, attention, internals: whether the call forces prefixes, asks for attention
-    weights and for a trace's internals. names: how the caller's surface spells them (PYTHON,
-    CLI, HTTP)."""
+    prefixes, attention, internals, masks: whether the call forces prefixes, asks for
+    attention weights, for a trace's internals and to switch heads off. names: how the
+    caller's surface spells them (PYTHON, CLI, HTTP)."""
     if attention and not capabilities.attention:
         raise Unsupported(
             f"the {engine} engine, which gives no attention weights, was asked for them "
             f"({names.attention}): drop it, or use the torch engine (the default)"
+        )
+    if masks and not capabilities.masks:
+        raise Unsupported(
+            f"the {engine} engine cannot switch heads off ({names.masks}): use the torch "
+            "engine (the default)"
         )
     if internals and not capabilities.internals:
         raise Unsupported(f"{names.internals} needs {capabilities.instead.format(engine=engine)}")

@@ -64,7 +64,7 @@ class CTranslate2Translator:
     """
 
     engine = "ctranslate2"
-    capabilities = Capabilities(settings=SEARCH, prefixes=False, attention=False)
+    capabilities = Capabilities(settings=SEARCH, prefixes=False, attention=False, masks=False)
 
     def __init__(
         self,

@@ -40,6 +40,7 @@ class Translator:
 
     engine = "torch"  # runtime.py: the other engine, ctranslate2, offers the same translate()
     capabilities = Capabilities()  # on text: every setting, prefixes, attention (engine.py)
+    training: dict | None = None  # checkpoint/status.py's training.json of its directory
 
     def __init__(
         self,
@@ -90,7 +91,7 @@ class Translator:
             )
         loaded = load_model_dir(model_dir)
         model = loaded.model if quantize is None else quantize_int8(loaded.model)
-        return cls(
+        translator = cls(
             model.to(device),
             loaded.source,
             loaded.tgt_tokenizer,
@@ -99,6 +100,8 @@ class Translator:
             (loaded.src_lang, loaded.tgt_lang),
             loaded.pairs if loaded.target_tokens else None,
         )
+        translator.training = loaded.training  # how it was trained, which traces say
+        return translator
 
     @property
     def config(self) -> ModelConfig:

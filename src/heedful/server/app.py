@@ -24,7 +24,7 @@ from heedful.server.limits import DEFAULT_LIMITS, ApiError, ServerLimits
 from heedful.server.models import Routes, load, model_state
 from heedful.server.models import ready as _ready
 from heedful.server.openapi import answer_schemas, responses
-from heedful.server.page import index_page
+from heedful.server.page import head_shape, index_page
 from heedful.server.pipeline import detected, documents, translate_documents
 from heedful.server.schema import (
     RequestSchema,
@@ -242,7 +242,8 @@ def _add_status_routes(app, routes: Routes) -> None:
             translator = service.translator
             attention = translator.capabilities.attention  # ctranslate2 gives no weights
             beams = translator.generation.num_beams
-            page.append(index_page(state.languages, state.limits, beams, attention))
+            heads = head_shape(translator)  # a Transformer's, to switch off on the page
+            page.append(index_page(state.languages, state.limits, beams, attention, heads))
         return HTMLResponse(page[0])
 
 

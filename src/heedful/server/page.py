@@ -1,11 +1,12 @@
 """The web page at GET /: a form with example inputs, and the viewer of heedful.visualize.html
 (the translation, the beam's hypotheses and the attention) in an iframe as tall as its content.
 
-The page is assets/index.html with assets/page.css and assets/page.js inlined (it loads nothing,
-so it works offline); its data, the language pair and viewer_template()'s pieces of the viewer
-page, is JSON in a <script> element, which page.js fills with each answer's trace. The viewer
-stays in an iframe, not in the page itself: its ids, styles and script then cannot clash with
-the page's, whatever the viewer grows into.
+The page is assets/index.html with assets/page.css, visualize's frame.js, assets/heads.js (the
+heads to switch off) and assets/page.js inlined (it loads nothing, so it works offline); its
+data, the language pair, the heads of a Transformer and viewer_template()'s pieces of the
+viewer page, is JSON in a <script> element, which page.js fills with each answer's trace. The
+viewer stays in an iframe, not in the page itself: its ids, styles and script then cannot clash
+with the page's, whatever the viewer grows into.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from importlib import resources
 
 from heedful.safejson import for_script
 from heedful.server.limits import ServerLimits
-from heedful.visualize.html import viewer_template
+from heedful.visualize.html import frame_script, viewer_template
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek",
@@ -65,18 +66,38 @@ def _examples_html(texts: tuple[str, ...]) -> str:
     return f'  <div id="examples" class="examples"><span>Try:</span>{buttons}</div>'
 
 
+def head_shape(translator) -> dict | None:
+    """{kind: [heads of each layer]} of a model whose heads can be switched off (a heedful
+    Transformer on the torch engine: inference/heads.py), or None."""
+    if not translator.capabilities.masks or translator.source.kind != "text":
+        return None
+    from heedful.inference.heads import HeadError, attention_layers
+
+    try:
+        layers = attention_layers(translator.model)
+    except HeadError:  # an RNN, a Hugging Face model: no heads to switch off
+        return None
+    return {kind: [a.num_heads for a in stack] for kind, stack in layers.items()}
+
+
 @functools.cache
 def _asset(name: str) -> str:
     return (resources.files(__package__) / "assets" / name).read_text(encoding="utf-8")
 
 
 def index_page(
-    languages: tuple[str, str], limits: ServerLimits, default_beams: int, attention: bool = True
+    languages: tuple[str, str],
+    limits: ServerLimits,
+    default_beams: int,
+    attention: bool = True,
+    heads: dict | None = None,
 ) -> str:
     """The page at /. attention: the engine gives attention weights (torch), so the page shows
-    each output in the viewer; without (ctranslate2) it lists the outputs."""
+    each output in the viewer; without (ctranslate2) it lists the outputs. heads: the heads of
+    each layer by kind (head_shape), which the page can switch off; None: none to switch."""
     src, tgt = languages
     data = {"source": src, "target": tgt, "viewer": viewer_template(), "attention": attention}
+    data["heads"] = heads
     beams = "".join(
         f'<option value="{n}"{" selected" if n == default_beams else ""}>{n}</option>'
         for n in range(1, limits.max_num_beams + 1)
@@ -90,7 +111,7 @@ def index_page(
         "DATA": for_script(data),
         # the files end with a newline, which the template has already
         "CSS": _asset("page.css").removesuffix("\n"),
-        "JS": _asset("page.js").removesuffix("\n"),
+        "JS": frame_script() + _asset("heads.js") + _asset("page.js").removesuffix("\n"),
     }
     # One pass, so that a marker inside the data or an asset is never itself replaced.
     return re.sub(r"@@([A-Z]+)@@", lambda match: parts[match.group(1)], _asset("index.html"))

@@ -30,6 +30,7 @@ from heedful.server.fields import (
     Texts,
     shown,  # noqa: F401
 )
+from heedful.server.head_field import Heads
 from heedful.server.limits import ApiError, ServerLimits
 
 # Fields one request may have, unknown ones included (clients of LibreTranslate send extras
@@ -164,9 +165,9 @@ def decoding(limits: ServerLimits) -> tuple[Field, ...]:
 def translate_request(
     limits: ServerLimits, languages: tuple[str, str], pairs: tuple[tuple[str, str], ...] = ()
 ) -> RequestSchema:
-    """LibreTranslate's /translate, plus num_beams, max_new_tokens, return_attention and the
-    decoding fields. pairs: those of a server of several models or directions, whose codes
-    the source and target fields list (server/models.py routes each pair)."""
+    """LibreTranslate's /translate, plus num_beams, max_new_tokens, return_attention, the
+    decoding fields and mask_heads. pairs: those of a server of several models or directions,
+    whose codes the source and target fields list (server/models.py routes each pair)."""
     src, tgt = languages
     sources = tuple(dict.fromkeys(s for s, _ in pairs)) or (src,)
     targets = tuple(dict.fromkeys(t for _, t in pairs)) or (tgt,)
@@ -181,9 +182,16 @@ def translate_request(
             Boolean("return_attention", "the attention behind each output (format text)"),
             API_KEY,
             *decoding(limits),
+            Heads("mask_heads", MASK_HEADS),
         ),
         required=("q", "source", "target"),
     )
+
+
+MASK_HEADS = (
+    "heads switched off, each its output zero before W_O (Michel et al. 2019): "
+    "kind:layer[:head] from 1, kind encoder, decoder or cross, a layer alone all its heads"
+)
 
 
 def caption_request(limits: ServerLimits) -> dict[str, RequestSchema]:
@@ -239,6 +247,7 @@ class TranslateRequest:
     target: str = ""
     format: str = "text"  # html: q is a document, its text nodes translated (documents.py)
     settings: dict | None = None  # the search settings given, by name (_settings)
+    mask_heads: tuple = ()  # inference/heads.py's Heads switched off
 
 
 def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
@@ -266,6 +275,7 @@ def parse_request(data: dict, schema: RequestSchema) -> TranslateRequest:
         target=target,
         format=text_format,
         settings=_settings(data, schema),
+        mask_heads=schema["mask_heads"].read(data),
     )
 
 

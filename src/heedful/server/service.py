@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,6 +27,9 @@ class Search:
     # the batch holds, so it shares its batch with no other
     owner: int | None = None
     prefix: str | None = field(default=None, compare=False)  # this text's; any prefixes batch
+    # the heads switched off (inference/heads.py): only texts with the same ones share a call,
+    # which masks them for its length alone, so no other request sees them
+    masked: tuple = ()
 
 
 @dataclass(eq=False)
@@ -82,9 +86,11 @@ class TranslationService:
                 prefixes=bool(request.prefix),
                 attention=request.return_attention,
                 names=HTTP,
+                masks=bool(request.mask_heads),
             )
         except ValueError as error:  # Unsupported, or settings out of range (ConfigError)
             raise ApiError(400, str(error)) from None
+        self._check_heads(request.mask_heads)
         if translator.source.kind == "image":  # it reads no text
             raise ApiError(400, "this is an image captioning model: POST a picture to /caption")
         searches, attention_bytes = [], 0
@@ -115,6 +121,17 @@ class TranslationService:
             )
         return searches, request.return_attention
 
+    def _check_heads(self, heads: tuple) -> None:
+        """The heads to switch off, each one the model has; a 400 names the first it lacks."""
+        if not heads:
+            return
+        from heedful.inference.heads import HeadError, check_heads
+
+        try:
+            check_heads(self.translator.model, heads)
+        except HeadError as error:
+            raise ApiError(400, f"mask_heads: {error}") from None
+
     def _plan_search(
         self, source_tokens: int, asked: SearchSettings, request: TranslateRequest
     ) -> tuple[Search, int]:
@@ -138,7 +155,7 @@ class TranslationService:
                 400, f"prefix is {forced} tokens long, more than {where} may be ({limit} tokens)"
             )
         owner = id(request) if search.settings.sample else None
-        return replace(search, owner=owner, prefix=prefix)
+        return replace(search, owner=owner, prefix=prefix, masked=request.mask_heads)
 
     # -- in the worker thread ------------------------------------------------------------------
 
@@ -179,12 +196,15 @@ class TranslationService:
             return error
 
     def _translate(self, search: Search, texts: list[str], prefixes: list) -> list[Output]:
-        results = self.translator.translate(
-            texts,
-            batch_size=self.limits.max_batch_size,
-            prefixes=prefixes if any(prefixes) else None,
-            settings=search.settings,
-        )
+        from heedful.inference.heads import masked
+
+        with masked(self.translator.model, search.masked) if search.masked else nullcontext():
+            results = self.translator.translate(
+                texts,
+                batch_size=self.limits.max_batch_size,
+                prefixes=prefixes if any(prefixes) else None,
+                settings=search.settings,
+            )
         return [Output(r.text, [a.text for a in r.alternatives or []]) for r in results]
 
     def _traces(self, job: Job) -> list[Output]:
@@ -193,7 +213,11 @@ class TranslationService:
             if job.abandoned.is_set():
                 raise Abandoned(f"left after {len(outputs)} of {len(job.texts)} traces")
             trace = build_trace(
-                self.translator, text, prefix=search.prefix, settings=search.settings
+                self.translator,
+                text,
+                prefix=search.prefix,
+                settings=search.settings,
+                mask_heads=search.masked,
             )
             trace_json = dumps(trace.to_dict())
             size += len(trace_json.encode("utf-8"))

@@ -118,9 +118,16 @@ class CaptionValidation:
     to read again."""
 
     def __init__(
-        self, references: list[list[str]], load, source: ImageSource, tgt_tok, config: Config
+        self,
+        references: list[list[str]],
+        load,
+        source: ImageSource,
+        tgt_tok,
+        config: Config,
+        inputs=(),
     ):
         self.load, self.references = load, references
+        self.inputs = inputs  # the first pictures as files or pixels: what snapshots trace
         length = config.data.max_length
         self.first = [tgt_tok.encode(refs[0])[:length] for refs in self.references]
         size, count = max(1, config.train.batch_tokens // 64), len(references)
@@ -250,7 +257,9 @@ class CaptionTask:
         pairs = caption_pairs(data.train, tgt_tok, config.data.max_length, load, regions)
         echo(f"training pairs: {len(pairs)} captions of {len(data.train)} images")
         references = [captions for _, captions in data.valid]
-        return pairs, CaptionValidation(references, valid_load, source, tgt_tok, config)
+        paths = [path for path, _ in data.valid]
+        valid = CaptionValidation(references, valid_load, source, tgt_tok, config, paths)
+        return pairs, valid
 
     def reading(self, model, data: CaptionData):
         """With a cache, the model reads cells: its trunk passed over."""

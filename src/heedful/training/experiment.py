@@ -23,6 +23,7 @@ from heedful.logs import RunLog
 from heedful.training.captions_task import CaptionTask
 from heedful.training.loop import Distributed, TrainResult
 from heedful.training.run_dir import Run, run_training
+from heedful.training.snapshots import Snapshots
 from heedful.training.text_task import TextTask, read_split
 from heedful.training.validation import Validation, make_validator
 
@@ -87,6 +88,7 @@ def train_from_config(
         model, tokenizers = task.model(config, latest, data, echo)
         pairs, valid = task.examples(config, data, model, tokenizers, device, echo)
         validate = make_validator(valid, config, device)
+        run.snapshots = Snapshots.of(run.dir, valid, config, device, echo)
         if force:
             run.clear()
         dist.barrier()

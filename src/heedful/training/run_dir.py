@@ -7,6 +7,7 @@ RUN_DIR/tensorboard/            the same records for TensorBoard, with the `tens
 RUN_DIR/checkpoints/step-N/     model directory + training state, written atomically
 RUN_DIR/latest, RUN_DIR/best    symlinks to the newest and the best checkpoint
 RUN_DIR/scores.json             the early-stopping metric of each kept checkpoint
+RUN_DIR/snapshots.json          a few inputs traced at each validation (training/snapshots.py)
 RUN_DIR/train.lock              held (flock) by the one trainer writing here; holds its pid
 
 Training starts only in a new or empty directory or a run directory (train.lock is its
@@ -39,7 +40,9 @@ from heedful.logs import as_run_log
 from heedful.output_dirs import DirectoryKind, foreign_entries, listed
 from heedful.training.interrupts import STOP_SIGNALS
 from heedful.training.loop import Distributed, TrainResult, train
+from heedful.training.snapshots import Snapshots
 from heedful.training.state import TrainState
+from heedful.visualize.snapshots import FILE_NAME as SNAPSHOTS
 
 LOCK_FILE = "train.lock"
 # what Run.save writes into a checkpoint (the source in one of its two slots, data/sources.py);
@@ -56,7 +59,7 @@ CHECKPOINT_FILES = (
 )
 
 TRAIN_LOG = "train.log"
-RUN_FILES = (LOCK_FILE, "config.yaml", "metrics.jsonl", "scores.json", TRAIN_LOG)
+RUN_FILES = (LOCK_FILE, "config.yaml", "metrics.jsonl", "scores.json", TRAIN_LOG, SNAPSHOTS)
 # rank-N.log: experiment._voice; .latest.tmp-PID: _point; .step-N.tmp-* / .old-*: io.staged
 RANK_LOG = re.compile(r"rank-\d+\.log")
 LINK = re.compile(r"(latest|best|\.(latest|best)\.tmp-\d+)")
@@ -111,6 +114,7 @@ class Run:
     def __init__(self, run_dir: Path, config: Config, dist: Distributed):
         self.dir, self.config, self.dist = Path(run_dir), config, dist
         self.checkpoints = self.dir / "checkpoints"
+        self.snapshots: Snapshots | None = None  # train.snapshot_sentences: set by the caller
 
     def latest(self) -> Path | None:
         link = self.dir / "latest"
@@ -281,6 +285,8 @@ class Run:
         if metrics is not None:
             self.log({"event": "validation", **metrics})
             self._record_score(final, metrics)
+            if self.snapshots is not None:
+                self.snapshots.take(model, state.progress.step, metrics)
 
     def _record_score(self, checkpoint: Path, metrics: dict) -> None:
         name = self.config.train.early_stopping_metric
@@ -325,6 +331,8 @@ def run_training(run: Run, model, tokenizers, pairs, validate, latest, progress,
     else:
         state = TrainState.fresh(model, config.train)
     run.rewind_metrics(state.progress.step)
+    if run.snapshots is not None and dist.is_main:  # the untrained model's, or resumed
+        run.snapshots.start(model, state.progress.step)
     n_params = sum(p.numel() for p in model.parameters())
     sizes = (as_source(tokenizers[0]).vocab_size, len(tokenizers[1]))  # pictures: no source's
     vocabulary = " / ".join(str(size) for size in sizes if size is not None)

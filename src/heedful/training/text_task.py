@@ -59,6 +59,7 @@ class TextValidation:
         self.plan = bucketed_batches(*lengths, budget)
         self.sentences = max(1, budget // max(1, *map(len, self.src_ids)))  # per search batch
         self.sides, self.config = (src_tok, tgt_tok), config
+        self.inputs = self.sources  # what snapshots trace (training/snapshots.py)
 
     def loss_batches(self) -> Iterator[Batch]:
         for rows in self.plan:

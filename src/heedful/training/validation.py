@@ -11,7 +11,7 @@ all of them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -24,6 +24,9 @@ class Validation(Protocol):
     """What a task validates on."""
 
     sides: tuple  # (its Source or source tokenizer, target tokenizer): what it reads and writes
+    # the validation inputs (at least the first few) as build_trace takes them, texts or
+    # pictures: what training/snapshots.py traces over training
+    inputs: Sequence
 
     def loss_batches(self) -> Iterable[Batch]:
         """The references as teacher-forced batches, on the CPU."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from heedful.checkpoint.status import status_line
 from heedful.data.tokenizers import BOS
 from heedful.visualize.figures import image_path, pyplot, save
 from heedful.visualize.trace import Trace, check_index, check_kind
@@ -207,9 +208,14 @@ def _trace_maps(trace: Trace, kind: str, hypothesis: int) -> _Maps:
 
 
 def _trace_title(trace: Trace, hypothesis: int) -> str:
+    """The source and output, and how the model was trained when its directory says (an
+    undertrained one's heatmap says so first)."""
     hyp = trace.hypotheses[hypothesis]
     which = "" if hypothesis == 0 else f" (hypothesis {hypothesis})"
-    return f"source: {trace.source!r}\noutput{which}: {hyp.text!r}"
+    title = f"source: {trace.source!r}\noutput{which}: {hyp.text!r}"
+    if trace.training is None:
+        return title
+    return status_line(trace.training, sep="\n") + "\n" + title
 
 
 def _trace_figure(trace, kind="cross", layer=None, head=None, grid=False, hypothesis=0):

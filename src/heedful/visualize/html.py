@@ -238,6 +238,12 @@ def viewer_template() -> list:
     return parts + [_TRACE_TAG, {"slot": "trace"}, "</script>" + tail]
 
 
+def frame_script() -> str:
+    """assets/frame.js: a page's viewer in an iframe, one trace after another (viewer_template
+    filled in, the frame fitted, the reader's view kept), for a page to put in its script."""
+    return _asset("frame.js")
+
+
 def _placeholder_trace(source: str, output: str) -> Trace:
     """A trace with every field and no weights, whose source and output texts a page finds
     and replaces by a real trace's (viewer_template, for the server's page)."""

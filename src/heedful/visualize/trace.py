@@ -10,7 +10,7 @@ L layers, H heads, N RNN hidden size, K top-k candidates.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,8 +31,10 @@ from heedful.visualize.internals import (
 from heedful.visualize.trace_check import (  # check_index, check_kind: their old home
     ATTENTION_KINDS,  # noqa: F401
     check_index,  # noqa: F401
+    check_keys,
     check_kind,  # noqa: F401
     check_trace,
+    field_names,
     read_trace_json,
 )
 from heedful.visualize.trace_image import add_picture
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     import torch  # building a trace needs it, reading one does not: imported where it builds
 
 ONLY_WHEN_USED = ("sampled", "members")  # hypothesis keys written only when not None
+ONLY_WHEN_GIVEN = ("image", "masked_heads", "training")  # trace keys likewise
 
 
 @dataclass
@@ -81,6 +84,8 @@ class Trace:
     # (docs/trace-schema.md, "internals"); None when not recorded (too big, or an older trace)
     internals: dict | None = None
     image: dict | None = None  # an image model's picture, grid and rollout (trace_image.py)
+    masked_heads: list | None = None  # the heads switched off, {"kind", "layer", "head"} from 1
+    training: dict | None = None  # how the model was trained (checkpoint/status.py), if it says
 
     def to_dict(self) -> dict:
         return {
@@ -100,7 +105,7 @@ class Trace:
                 for h in self.hypotheses
             ],
             "internals": self.internals,
-            **({"image": self.image} if self.image is not None else {}),
+            **{k: getattr(self, k) for k in ONLY_WHEN_GIVEN if getattr(self, k) is not None},
         }
 
     @classmethod
@@ -114,13 +119,13 @@ class Trace:
                 f"unsupported trace version {data.get('version')!r}: this heedful reads "
                 f"version {cls.VERSION} (docs/trace-schema.md)"
             )
-        top, optional = _field_names(cls)
-        _check_keys(data, top | {"format", "version"}, optional, "trace")
+        top, optional = field_names(cls)
+        check_keys(data, top | {"format", "version"}, optional, "trace")
         if not isinstance(data["hypotheses"], list) or not data["hypotheses"]:
             raise ValueError("trace has no hypotheses")
         hypotheses = []
         for i, h in enumerate(data["hypotheses"]):
-            _check_keys(h, *_field_names(TraceHypothesis), where=f"hypotheses[{i}]")
+            check_keys(h, *field_names(TraceHypothesis), where=f"hypotheses[{i}]")
             hypotheses.append(TraceHypothesis(**h))
         check_trace(data)  # every field's type and shape, named when wrong
         given = (top - {"hypotheses"}) & data.keys()
@@ -147,24 +152,6 @@ class Trace:
         from heedful.visualize.html import render_fragment
 
         return render_fragment(self)
-
-
-def _field_names(cls) -> tuple[set[str], set[str]]:
-    """All field names of a dataclass, and those with a default: keys added to the schema
-    after version 1 was written, which older traces lack."""
-    names = {f.name for f in fields(cls)}
-    return names, {f.name for f in fields(cls) if f.default is not MISSING}
-
-
-def _check_keys(data: Any, expected: set[str], optional: set[str], where: str) -> None:
-    if not isinstance(data, dict):
-        raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
-    missing = sorted(expected - optional - data.keys())
-    unknown = sorted(data.keys() - expected)
-    if missing:
-        raise ValueError(f"{where} lacks {', '.join(missing)}")
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {', '.join(unknown)}")
 
 
 # ---- building a trace: Translator.search, then .replay (teacher forcing) per hypothesis ----
@@ -331,6 +318,7 @@ def build_trace(
     target: str | None = None,
     source: str | None = None,
     settings: SearchSettings | None = None,
+    mask_heads: tuple = (),
 ) -> Trace:
     """Translate `item` and record, for each of the n_best outputs, every attention weight.
 
@@ -350,6 +338,8 @@ def build_trace(
         fields (temperature, top_k, top_p, seed): draw n_best outputs instead of searching.
     target, source: the language pair, as Translator.translate takes them: a multilingual
         model reads the target's token first, and a <2de> the sentence starts with is text.
+    mask_heads: heads switched off in the search and the replay alike (inference/heads.py's
+        Heads; the trace lists them in masked_heads).
     Raises ValueError for an empty sentence.
     """
     side = translator.source  # data/sources.py: text or pictures
@@ -360,19 +350,35 @@ def build_trace(
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     settings = settings or _asked(translator, num_beams, n_best, length_penalty, sampling)
-    check_supported(translator.engine, translator.capabilities, settings, internals=internals)
-    import torch
+    masks = bool(mask_heads)
+    check_supported(
+        translator.engine, translator.capabilities, settings, internals=internals, masks=masks
+    )
+    from heedful.inference.heads import masked
 
     src = side.batch([item], translator.device)  # (1, S), or (1, 3, size, size) pixels
+    with masked(translator.model, mask_heads) if masks else nullcontext():
+        search, traced = _traced(
+            translator, side.length(item), src, settings, prefix, top_k, internals
+        )
+    trace = _trace(translator, item, search, traced)
+    trace.masked_heads = [head.record() for head in mask_heads] or None
+    return trace
+
+
+def _traced(translator, length: int, src, settings, prefix, top_k, internals) -> tuple:
+    """The search's record and each hypothesis replayed (replayed()'s triples)."""
+    import torch
+
     hyps, search, drawn = _search(translator, src, settings, prefix)
     if translator.capabilities.internals:
-        internals = records_internals(translator, internals, side.length(item), hyps)
+        internals = records_internals(translator, internals, length, hyps)
     with torch.no_grad():
         traced = [
             replayed(translator, src, h, top_k, bool(internals), i == 0, drawn)
             for i, h in enumerate(hyps)
         ]
-    return _trace(translator, item, search, traced)
+    return search, traced
 
 
 def _trace(translator, item, search: dict, traced: list) -> Trace:
@@ -387,6 +393,7 @@ def _trace(translator, item, search: dict, traced: list) -> Trace:
         encoder_self_attention=rounded(encoder),
         hypotheses=[h for h, _, _ in traced],
         internals=traced[0][2],
+        training=getattr(translator, "training", None),  # its directory's training.json
     )
     if side.kind == "image":  # trace_image.py
         add_picture(trace, item, translator.config, side.grid, encoder)

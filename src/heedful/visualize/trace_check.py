@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
+from heedful.checkpoint.status import check_status
 from heedful.layers.scores import FORMS, RNN_ATTENTIONS
 
 MAX_TRACE_BYTES = 256 << 20  # far above any trace build_trace writes (internals are bounded)
@@ -24,14 +26,14 @@ ARCHS = ("transformer", "rnn")
 ATTENTIONS = ("multi-head", *RNN_ATTENTIONS)
 
 
-def read_trace_json(path: Path) -> Any:
-    """A trace file's JSON: at most MAX_TRACE_BYTES, strict UTF-8, no NaN or Infinity (which
-    Python's json reads but JSON does not allow, and the viewer could not draw)."""
+def read_trace_json(path: Path, max_bytes: int | None = None, what: str = "a trace") -> Any:
+    """A trace file's JSON (or another file of traces: `what` it is, at most `max_bytes`): at
+    most MAX_TRACE_BYTES, strict UTF-8, no NaN or Infinity (which Python's json reads but JSON
+    does not allow, and the viewer could not draw)."""
+    max_bytes = MAX_TRACE_BYTES if max_bytes is None else max_bytes
     size = path.stat().st_size
-    if size > MAX_TRACE_BYTES:
-        raise ValueError(
-            f"{size:,} bytes, larger than the {MAX_TRACE_BYTES:,} bytes a trace may have"
-        )
+    if size > max_bytes:
+        raise ValueError(f"{size:,} bytes, larger than the {max_bytes:,} bytes {what} may have")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -50,6 +52,24 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"holds {name}, not a number JSON allows (write null)")
+
+
+def field_names(cls) -> tuple[set[str], set[str]]:
+    """All field names of a dataclass, and those with a default: keys added to the schema
+    after version 1 was written, which older traces lack."""
+    names = {f.name for f in fields(cls)}
+    return names, {f.name for f in fields(cls) if f.default is not MISSING}
+
+
+def check_keys(data: Any, expected: set[str], optional: set[str], where: str) -> None:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+    missing = sorted(expected - optional - data.keys())
+    unknown = sorted(data.keys() - expected)
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {', '.join(unknown)}")
 
 
 class _Checker:
@@ -163,6 +183,30 @@ def check_trace(data: dict) -> None:
         _check_hypothesis(c, hypothesis, f"hypotheses[{i}]", s, dec, heads)
     if data.get("image") is not None:
         _check_image(c, data["image"], s)
+    if data.get("training") is not None:  # a model directory's training.json, as it was
+        check_status(data["training"], "training")
+    if data.get("masked_heads") is not None:
+        _check_masked(
+            c, data["masked_heads"], {"encoder": enc, "decoder": dec, "cross": dec}, heads
+        )
+
+
+def _check_masked(c: _Checker, masked: Any, layers: dict, heads: int) -> None:
+    """The heads switched off (inference/heads.py): {"kind", "layer", "head"}, each counted
+    from 1 within the model's sizes, head null for a whole layer."""
+    c.kind(masked, list, "masked_heads", "a list of heads")
+    if len(masked) > 3 * 4096 * (heads + 1):
+        c.fail("masked_heads", f"{len(masked):,} heads, more than the model can have")
+    for i, head in enumerate(masked):
+        at = f"masked_heads[{i}]"
+        c.kind(head, dict, at, "an object")
+        if set(head) != {"kind", "layer", "head"}:
+            c.fail(at, "must have exactly the keys kind, layer and head")
+        if head["kind"] not in ATTENTION_KINDS:
+            c.fail(f"{at}.kind", f"must be one of {', '.join(ATTENTION_KINDS)}")
+        c.count(head["layer"], f"{at}.layer", layers[head["kind"]])
+        if head["head"] is not None:
+            c.count(head["head"], f"{at}.head", heads)
 
 
 def _check_image(c: _Checker, image: Any, s: int) -> None:

@@ -1,38 +1,11 @@
-// The page's script: the form, the examples, and the viewer's frame sized to the viewer.
-// index.html wraps it in a strict function scope: it leaves only window.heedfulPage.
+// The page's script: the form, the examples, the viewer's frame (frame.js) and the heads to
+// switch off (heads.js), both before it.
+// index.html wraps the three in a strict function scope: they leave only window.heedfulPage.
 
 const $ = (id) => document.getElementById(id);
 const page = JSON.parse($("page-data").textContent);
-const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (c) =>
-  ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;" })[c]);
-const scriptJson = (data) => JSON.stringify(data).replace(/[<>&\u2028\u2029]/g, (c) =>
-  "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
-// The frame is as tall as the viewer (fit), so the viewer's own scrollbar is off, and so is
-// its height limit on figures: in a frame that grows with its content, 78vh would grow too.
-const EMBEDDED = "<style>html { overflow-y: hidden; } " +
-  ".heedful-viewer { --heedful-figure-max-height: none; }</style>";
-// the viewer page of heedful.visualize.html, with this trace in its slots
-function viewerPage(trace) {
-  const values = { source: escapeHtml(trace.source), trace: scriptJson(trace),
-    output: escapeHtml(trace.hypotheses[0].text) };
-  const fill = (part) => (typeof part === "string" ? part : values[part.slot]);
-  return page.viewer.map(fill).join("").replace("</head>", EMBEDDED + "</head>");
-}
 const frame = $("viewer-frame");
-// the frame's height: its document's, plus a horizontal scrollbar's when it has one
-function fit() {
-  const doc = frame.contentDocument, root = doc && doc.documentElement;
-  if (!root) return;
-  const scrollbar = frame.contentWindow.innerHeight - root.clientHeight;
-  frame.style.height = Math.ceil(root.getBoundingClientRect().height) + scrollbar + "px";
-}
-frame.addEventListener("load", () => {
-  fit();
-  // the frame's own ResizeObserver: one of this window's does not see into the frame; it
-  // fires when the viewer's content changes (a tab, a hypothesis) and when the width does
-  const Observer = frame.contentWindow && frame.contentWindow.ResizeObserver;
-  if (Observer) new Observer(fit).observe(frame.contentDocument.documentElement);
-});
+followFrame(frame); // frame.js: as tall as the viewer
 // an engine without attention (ctranslate2): the beam's outputs as a list, best first
 function showOutputs(texts) {
   const list = $("outputs");
@@ -47,35 +20,48 @@ function showError(message) {
   $("error").textContent = message;
   $("error").hidden = false;
 }
+// POST /translate: the text asked for last, with the beams and the heads switched off now
+async function post(asked, off, attention) {
+  // every hypothesis of the beam comes back (alternatives), for the viewer's beam list
+  const body = { q: asked.text, source: page.source, target: page.target,
+    num_beams: asked.beams, alternatives: asked.beams - 1, return_attention: attention };
+  if (off.length) body.mask_heads = off;
+  const response = await fetch("translate", { method: "POST",
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const answer = await response.json();
+  if (!response.ok) throw new Error(answer.error || "HTTP " + response.status);
+  return answer;
+}
+// what the heads' boxes translate again; `sent` counts the requests, so that an answer
+// overtaken by a later one (boxes clicked quickly) is not shown over it
+const asked = { text: null, beams: 1, sent: 0 };
 async function translate(event) {
-  event.preventDefault();
-  const beams = +$("num-beams").value;
+  if (event) {
+    event.preventDefault();
+    Object.assign(asked, { text: $("source-input").value, beams: +$("num-beams").value });
+  }
+  if (asked.text === null) return;
+  const off = headsOff(), key = asked.beams + " " + asked.text, mine = ++asked.sent;
   $("error").hidden = true;
   $("translate-button").disabled = true;
   $("status").textContent = "translating\u2026";
   try {
-    // every hypothesis of the beam comes back (alternatives), for the viewer's beam list
-    const response = await fetch("translate", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ q: $("source-input").value, source: page.source,
-        target: page.target, num_beams: beams, alternatives: beams - 1,
-        return_attention: page.attention }),
-    });
-    const answer = await response.json();
-    if (!response.ok) return showError(answer.error || "HTTP " + response.status);
+    const answer = await post(asked, off, page.attention);
+    if (mine !== asked.sent) return; // a later request is on its way: its answer shows
     if (page.attention) {
-      frame.hidden = false;
-      frame.srcdoc = viewerPage(answer.attention);
+      showInFrame(frame, page.viewer, answer.attention); // the view open before stays open
     } else {
       showOutputs([answer.translatedText, ...(answer.alternatives || [])]);
     }
     window.heedfulPage.last = answer;
+    await showEffect(key, off, answer, () => post(asked, [], true));
   } catch (error) {
-    showError("the server did not answer: " + error);
+    showError(error instanceof TypeError ? "the server did not answer: " + error : error.message);
   } finally {
-    $("translate-button").disabled = false;
-    $("status").textContent = "";
+    if (mine === asked.sent) {
+      $("translate-button").disabled = false;
+      $("status").textContent = "";
+    }
   }
 }
 for (const example of document.querySelectorAll("#examples button")) {
@@ -85,4 +71,6 @@ for (const example of document.querySelectorAll("#examples button")) {
   });
 }
 $("translate-form").addEventListener("submit", translate);
-window.heedfulPage = { last: null, viewerPage, fit };
+initHeads(page.heads, () => translate()); // heads.js: a box changed, translate again
+window.heedfulPage = { last: null, viewerPage: (trace) => viewerPage(page.viewer, trace),
+  fit: () => fitFrame(frame) };

@@ -75,6 +75,9 @@ function modelInfo() {
   else parts.push(search.num_beams > 1 ? "beam search, " + search.num_beams + " beams" : "greedy search");
   if (search.prefix) parts.push("prefix " + JSON.stringify(search.prefix));
   parts.push(sourceTokens.length + " source tokens");
+  // heads switched off (inference/heads.py): their weights are drawn, their output was zero
+  const off = (trace.masked_heads || []).map((h) => h.kind + ":" + h.layer + (h.head ? ":" + h.head : ""));
+  if (off.length) parts.push("heads switched off: " + off.join(", "));
   return parts.join(" \u00B7 ");
 }
 
@@ -91,8 +94,22 @@ function initTabs() {
     });
   });
 }
+// How the model was trained, where its directory says (checkpoint/status.py): the steps, what
+// stopped it and its held-out scores; an undertrained model's pictures are not a trained one's.
+function trainingStatus() {
+  const t = trace.training;
+  if (!t) return;
+  const scores = Object.entries(t.scores).map(([name, value]) =>
+    name === "exact_match" ? "exact match " + (100 * value).toFixed(1) + "%" : name + " " + fmt(value, 2));
+  const said = "trained " + t.steps.toLocaleString("en") + " steps (stopped by " + t.stopped_by + ")" +
+    (scores.length ? "; " + scores.join(", ") + " on " + t.on : "");
+  $("training-status").textContent = (t.undertrained ? "UNDERTRAINED: " : "") + said;
+  $("training-status").classList.toggle("undertrained", t.undertrained);
+  $("training-status").hidden = false;
+}
 function init() {
   $("model-info").textContent = modelInfo();
+  trainingStatus();
   if (hyps.length) $("output-text").textContent = hyps[0].text;
   renderBeams();
   markTabs();
