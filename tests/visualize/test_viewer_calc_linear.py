@@ -157,6 +157,11 @@ def check_boxes(driver, config, n):
     """The three linear layers, drawn with their shapes: (1, D)·(D, d_k) → (1, d_k) for q,
     (n, D)·(D, d_k) → (n, d_k) for K and V."""
     D, d_k = config.d_model, config.d_model // config.num_heads
+    # the article's search analogy captions the layers that make q, k and v, above them
+    caption = driver.find_element("css selector", '[data-part="calc-linear"] .calc-analogy')
+    assert "search" in caption.text and "k_j" in caption.text and "v_j" in caption.text
+    first_row = driver.find_element("css selector", '[data-part="calc-linear"] .calc-linear-row')
+    assert caption.location["y"] < first_row.location["y"]
     assert driver.execute_script(BOXES) == [
         ["W_Q", [[1, D], [D, d_k], [1, d_k]]],
         ["W_K", [[n, D], [D, d_k], [n, d_k]]],

@@ -33,6 +33,12 @@ function readsText(kind, layer, pre) {
   return norm + ", the input of " + stack + " layer " + (layer + 1) + " being " + input +
     "; K and V read every position's x";
 }
+// Why the names query, key and value (Michael Phi's guide borrows them from retrieval): the
+// search-box analogy, in our words, as the caption over the linear layers that make them.
+const ANALOGY = "Query, key, value, as in a video search: q is what you type in the search " +
+  "box, each k_j the title of a video, q\u00B7k_j how well the two match, and what comes back " +
+  "is the videos v_j, blended by how well each matched. Here all three are the same x seen " +
+  "through three learned linear layers.";
 // A matrix drawn as a box of its shape (rows × columns, 2 px a unit up to a cap), named.
 function shapeBox(name, rows, cols, className) {
   const box = el("span", "calc-matrix" + (className ? " " + className : ""));
@@ -55,6 +61,7 @@ function renderLinear(body, p, where, inputs) {
   const box = el("div", "calc-linear");
   box.dataset.part = "calc-linear";
   box.appendChild(el("h4", null, "x \u2192 q, k_j, v_j: three linear layers (x W, plus the layer's bias where it has one)"));
+  box.appendChild(el("p", "calc-analogy", ANALOGY)).dataset.part = "calc-analogy";
   box.appendChild(el("p", "calc-line", readsText(kind, layer, inputs.pre)));
   if (kind === "enc" && layer === 0) embeddingLines(box, i, inputs);
   const line = box.appendChild(el("p", "calc-line"));
