@@ -14,13 +14,17 @@ from click.testing import CliRunner
 
 from heedful.cli import main
 from heedful.cpu import (
+    SPIN_COUNT,
+    FreeCores,
     Int8Fallback,
     Int8Support,
+    core_ticks,
     ctranslate2_compute_type,
     default_threads,
     int8_support,
     reuse_freed_memory,
     set_threads,
+    threads_for,
 )
 
 AVX2 = {"sse4_2", "avx", "avx2", "fma"}
@@ -143,7 +147,7 @@ def test_importing_heedful_asks_for_brief_spinning_unless_told_otherwise():
         assert run.returncode == 0, run.stderr
         return run.stdout.strip()
 
-    assert spin_count() == "10000"
+    assert spin_count() == str(SPIN_COUNT)
     assert spin_count(GOMP_SPINCOUNT="50") == "50"  # the user's choice stands
     assert spin_count(OMP_WAIT_POLICY="ACTIVE") == "None"  # so does their wait policy
 
@@ -177,3 +181,108 @@ def test_the_command_says_when_int8_falls_back(reverse_model_dir, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "warning: --quantize int8: this CPU has no AVX-VNNI" in result.output
     assert result.output.splitlines()[-1] == "cba"
+
+
+# ---- FreeCores: training's threads follow the cores other processes leave free ---------------
+
+
+@pytest.mark.parametrize(
+    ("cores", "others", "threads"),
+    [(2, 0.0, 2), (2, 0.35, 2), (2, 0.45, 1), (2, 0.67, 1), (2, 1.0, 1), (2, 3.0, 1),
+     (4, 1.0, 3), (4, 0.5, 3), (4, 0.2, 4), (8, 2.7, 5), (1, 0.0, 1)],
+)  # fmt: skip
+def test_a_core_counts_as_free_when_most_of_it_is(cores, others, threads):
+    assert threads_for(cores, others) == threads
+
+
+def test_core_ticks_reads_our_cores_and_our_own_time(tmp_path):
+    """Only the cores we may run on; busy = all but idle and iowait; our own time is utime +
+    stime, found after the last ')' (a process name may hold one)."""
+    (tmp_path / "self").mkdir()
+    (tmp_path / "stat").write_text(
+        "cpu  99 99 99 99 99 99 99 99 0 0\n"
+        "cpu0 10 1 5 100 4 1 1 2 7 0\n"  # busy 10+1+5+1+1+2 = 20 of 124
+        "cpu1 1000 0 0 0 0 0 0 0 0 0\n"  # not ours
+        "cpu2 30 0 10 50 0 0 0 0 0 0\n"  # busy 40 of 90
+        "intr 12345\n",
+        encoding="ascii",
+    )
+    fields = ["S"] + ["0"] * 10 + ["17", "5"] + ["0"] * 30  # state, ..., utime, stime, ...
+    (tmp_path / "self" / "stat").write_text("42 (odd) name) " + " ".join(fields), "ascii")
+    assert core_ticks([0, 2], tmp_path) == (60, 214, 22)
+
+
+class Ticks:
+    """Counters that another process (and ours) moves as a test says."""
+
+    def __init__(self):
+        self.now, self.busy, self.total, self.own = 0.0, 0, 0, 0
+
+    def advance(self, seconds: float, others: float, ours: float, cores: int = 2):
+        ticks = int(seconds * 100)
+        self.now += seconds
+        self.busy += int(ticks * (others + ours))
+        self.total += ticks * cores
+        self.own += int(ticks * ours)
+
+
+def test_the_threads_follow_a_busy_process_down_and_back_up():
+    """Two threads while the cores are ours; one while another process keeps a core busy;
+    two again once it stops; and no look before EVERY seconds have passed."""
+    saved = torch.get_num_threads()
+    ticks = Ticks()
+    try:
+        torch.set_num_threads(2)
+        cores = FreeCores([0, 1], read=lambda: (ticks.busy, ticks.total, ticks.own),
+                          clock=lambda: ticks.now)  # fmt: skip
+        ticks.advance(FreeCores.EVERY, others=0.05, ours=1.9)
+        assert cores.look() is None and torch.get_num_threads() == 2
+        ticks.advance(FreeCores.EVERY, others=0.7, ours=1.3)  # a rival takes its share
+        threads, others = cores.look()
+        assert threads == 1 == torch.get_num_threads() and others == pytest.approx(0.7)
+        ticks.advance(FreeCores.EVERY / 2, others=0.0, ours=1.0)
+        assert cores.look() is None and torch.get_num_threads() == 1  # too soon to look
+        ticks.advance(FreeCores.EVERY, others=1.0, ours=1.0)  # the rival still runs
+        assert cores.look() is None and torch.get_num_threads() == 1
+        ticks.advance(FreeCores.EVERY, others=0.02, ours=1.0)  # it stopped
+        assert cores.look()[0] == 2 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_threads_follow_the_cores_only_when_left_to_heedful():
+    """A pinned count (train.threads, --threads, OMP_NUM_THREADS) and torchrun's processes
+    keep theirs: the count changes the weights' last bits, and a pin is how a user asks for
+    a model that does not depend on what else runs."""
+    assert FreeCores.follow(2, environ={}) is None
+    assert FreeCores.follow(None, environ={"OMP_NUM_THREADS": "2"}) is None
+    assert FreeCores.follow(None, environ={"LOCAL_WORLD_SIZE": "2"}) is None
+    if len(os.sched_getaffinity(0)) > 1:
+        assert isinstance(FreeCores.follow(None, environ={}), FreeCores)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to share")
+def test_a_real_busy_process_is_seen_as_a_core_taken():
+    """A single-threaded busy loop beside us, measured from the real /proc counters: about one
+    core taken by others, so one thread fewer."""
+    cores = sorted(os.sched_getaffinity(0))
+    watcher = FreeCores(cores)
+    rival = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        watcher.last = (watcher.clock(), *watcher.read())  # from when the rival runs
+        saved = torch.get_num_threads()
+        torch.set_num_threads(len(cores))
+        try:
+            import time
+
+            time.sleep(FreeCores.EVERY + 0.5)
+            changed = watcher.look()
+            assert changed is not None, "the busy process was not seen"
+            threads, others = changed
+            assert 0.7 <= others <= len(cores) and threads == threads_for(len(cores), others)
+            assert threads < len(cores) and torch.get_num_threads() == threads
+        finally:
+            torch.set_num_threads(saved)
+    finally:
+        rival.kill()
+        rival.wait()

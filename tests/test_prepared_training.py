@@ -18,7 +18,7 @@ from test_experiment import corpus, heedful, run_ok, weights, write_config
 
 from heedful.data.batching import InMemoryPairs, epoch_plan
 from heedful.data.stream import BatchStream, _rows
-from heedful.training.loop import elastic_store_warning
+from heedful.training.distributed import elastic_store_warning
 
 
 def prepared_config(tmp_path: Path, steps: int, name: str = "p.yaml", extra: str = "") -> Path:

@@ -17,7 +17,7 @@ from heedful.config import (
 from heedful.data.tokenizers import CharTokenizer
 from heedful.io import CheckpointError
 from heedful.models.build import build_model
-from heedful.training.loop import Distributed
+from heedful.training.distributed import Distributed
 from heedful.training.run_dir import Run
 from heedful.training.state import TrainState
 

@@ -203,3 +203,41 @@ def test_max_time_keeps_room_for_the_final_validation(monkeypatch):
     assert result.stopped_by == "max_time" and result.steps % config.eval_every != 0
     assert result.history[-1]["step"] == result.steps  # the last step was validated
     assert clock[0] <= config.max_time + 1.0  # ...and that validation ended within the budget
+
+
+def test_automatic_threads_are_looked_at_every_step_and_a_change_is_told(monkeypatch):
+    """train() asks cpu.FreeCores after each step when the threads are heedful's to choose
+    (train.threads None), and says when their count changes; a pinned count is never asked."""
+    asked = []
+
+    class Watcher:
+        cores = [0, 1]
+
+        def look(self):
+            asked.append(len(asked))
+            return (1, 0.9) if len(asked) == 2 else None
+
+    def follow(threads, environ=None):
+        return Watcher() if threads is None else None
+
+    monkeypatch.setattr("heedful.training.loop.FreeCores.follow", follow)
+    lines = []
+    config = TrainConfig(batch_tokens=60, max_steps=4, seed=1)
+    train(build_model(MODEL, 12, 12), data(), config, progress=False, echo=lines.append)
+    assert len(asked) == 4
+    assert [line for line in lines if line.startswith("threads:")] == [
+        "threads: 1, as other processes use 0.9 of 2 cores"
+    ]
+    asked.clear()
+    train(build_model(MODEL, 12, 12), data(), replace(config, threads=1), progress=False)
+    assert asked == []
+
+
+def test_the_demo_pins_the_threads_it_starts_with():
+    """The tour's models must not depend on the machine's load (issue 28): the demo's training
+    never lets its thread count follow the free cores."""
+    from heedful.demo.run import DEMO_TRAIN
+    from heedful.demo.training import budget
+
+    assert DEMO_TRAIN.threads is None
+    assert budget(DEMO_TRAIN, None, None, seed=0).threads == torch.get_num_threads()

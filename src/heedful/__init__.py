@@ -1,11 +1,10 @@
 """heedful: attention seq2seq models; train them, translate with them, see where they look."""
 
-from heedful.cpu import prefer_brief_spinning
+from heedful.cpu import choose_spin_count
 
-# Before torch is imported anywhere below us: OpenMP threads that soon sleep instead of
-# spinning while they wait keep training fast when another process shares the cores
-# (heedful.cpu).
-prefer_brief_spinning()
+# Before torch is imported anywhere below us, which is when libgomp reads it: how long OpenMP's
+# threads spin while they wait before they sleep (heedful.cpu, "Threads").
+choose_spin_count()
 
 __version__ = "0.1.0"
 

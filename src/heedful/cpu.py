@@ -3,17 +3,19 @@ and how freed memory is kept for the next training step.
 
 Three facts about the machines we run on decide things that no config can know in advance:
 
-- **Threads.** torch's OpenMP threads (libgomp) spin for about 300,000 rounds while they wait
-  for each other before they sleep. On a machine whose cores are shared with another busy
-  process, a spinning thread burns the time slice its partner needs: a 2-thread training step
-  beside one busy process ran at 42% of the idle rate (benchmarks/shared_cores.py), and a
-  tester saw a third. Fewer rounds help there and cost nothing until they are too few for
-  small models, whose threads wait often: 10,000 rounds kept the dates demo's speed (600
-  steps in 23 s, as with the default) and the Multi30k model's idle rate; 1,000 rounds
-  gained a little more beside a busy process but made the demo 40% slower, and sleeping at
-  once (PASSIVE) lost 6-10% on the Multi30k model when idle. libgomp reads the count once, when
-  it loads, so `heedful/__init__.py` sets it before torch is imported; `--threads` chooses
-  the count of threads.
+- **Threads.** torch's OpenMP threads (libgomp) spin a number of rounds while they wait for
+  each other, then sleep. The rounds are PAUSE instructions, whose duration differs by an
+  order of magnitude among x86 CPUs (Intel's Skylake raised it from about 10 cycles to about
+  140), so a count is a different time on each CPU. Decoding, whose many small operators leave
+  the threads waiting between products, slows down once the spin is too short: greedy decoding
+  of the Multi30k model took 1.0 s at 10,000 to 100,000 rounds on our Xeon, 1.3 s at 3,000 and
+  1.7 s at 1,000 (benchmarks/decode_speed.py); 10,000 sat on that knee, and a CPU whose PAUSE
+  is a few times shorter was past it (issue 30 saw greedy 1.6x slower on one EPYC than on
+  another). heedful asks for 100,000 rounds, ten times the knee here, below libgomp's 300,000.
+  Spinning burns the time slice another process on the same core needs, so training's thread
+  count follows the cores other processes leave free (FreeCores, below). libgomp reads the
+  count once, when it loads, so `heedful/__init__.py` sets it before torch is imported;
+  `--threads` chooses the count of threads.
 - **int8.** An int8 matrix product is fast and exact when the CPU multiplies and adds int8
   in 32 bits in one instruction (AVX-512 VNNI, or AVX-VNNI). Without it, u8·s8 products go
   through AVX2's vpmaddubsw, whose 16-bit intermediate sums saturate: CTranslate2's int8 then
@@ -27,8 +29,10 @@ Three facts about the machines we run on decide things that no config can know i
 
 from __future__ import annotations
 
+import math
 import os
 import platform
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,14 +46,15 @@ _ISA_CAPS = (
     "DNNL_MAX_CPU_ISA",
     "MKL_ENABLE_INSTRUCTIONS",
 )
+SPIN_COUNT = 100_000  # libgomp's default is about 300,000 (see "Threads" above)
 _BELOW_VNNI = {"NONE", "GENERIC", "SSE4_1", "SSE4_2", "SSE41", "SSE42", "AVX", "AVX2"}
 
 
-def prefer_brief_spinning() -> None:
-    """Ask libgomp to spin only briefly before its waiting threads sleep, unless the user has
+def choose_spin_count() -> None:
+    """Ask libgomp for SPIN_COUNT rounds before its waiting threads sleep, unless the user has
     chosen a wait policy or spin count. Must run before torch is first imported."""
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = "10000"
+        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
 
 
 def default_threads(environ=None) -> int:
@@ -79,6 +84,90 @@ def set_threads(threads: int | None) -> int:
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
     return count
+
+
+class FreeCores:
+    """Training's threads, following the cores other processes leave us: one fewer for each
+    core another process keeps busy, back up when it stops.
+
+    Why: two threads beside one busy process are slower than one. Each of our threads waits
+    for the other at the end of every parallel region, and the one that shares its core with
+    the other process runs only part of the time, so the pair goes at the pace of the slower:
+    a 2-thread training step kept 52% of the idle rate beside a single-threaded busy loop, one
+    thread 61% (benchmarks/shared_cores.py). And spinning threads, which keep decoding fast on
+    an idle machine (choose_spin_count), burn the time slices the other process needs.
+
+    Only where the threads are left to heedful (no train.threads, --threads or
+    OMP_NUM_THREADS, one process on the machine): a thread count changes the order of the
+    sums, hence the weights in their last bits, so a pinned count is the way to a model that
+    does not depend on what else ran (the demo pins its own). Looks every EVERY seconds, from
+    /proc/stat's per-core counters of the cores we may run on, less our own (Linux only).
+    """
+
+    EVERY = 2.0  # seconds between looks: many scheduler slices, a small share of a run
+
+    def __init__(self, cores: list[int], read=None, clock=time.monotonic):
+        self.cores, self.clock = cores, clock
+        self.read = read if read is not None else lambda: core_ticks(cores)
+        self.last = (clock(), *self.read())
+
+    @classmethod
+    def follow(cls, threads: int | None, environ=None) -> FreeCores | None:
+        """A FreeCores when the thread count is heedful's to choose and there is a choice
+        (2 cores or more, readable counters); else None."""
+        environ = os.environ if environ is None else environ
+        if threads is not None or environ.get("OMP_NUM_THREADS"):
+            return None
+        if int(environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1:
+            return None  # torchrun's processes share the cores on purpose
+        if not hasattr(os, "sched_getaffinity"):  # not Linux
+            return None
+        cores = sorted(os.sched_getaffinity(0))
+        try:
+            return cls(cores) if len(cores) > 1 else None
+        except (OSError, ValueError):  # no /proc (not Linux), or one we cannot read
+            return None
+
+    def look(self) -> tuple[int, float] | None:
+        """Every EVERY seconds: set the threads the free cores call for; (threads, the cores
+        the others used) when that changed the count, else None."""
+        now = self.clock()
+        if now - self.last[0] < self.EVERY:
+            return None
+        busy, total, own = self.read()
+        _, busy0, total0, own0 = self.last
+        self.last = (now, busy, total, own)
+        if total <= total0:
+            return None
+        # others = the cores' busy ticks less ours, as a count of cores
+        others = max(0.0, (busy - busy0) - (own - own0)) / (total - total0) * len(self.cores)
+        want = threads_for(len(self.cores), others)
+        import torch
+
+        if want == torch.get_num_threads():
+            return None
+        torch.set_num_threads(want)
+        return want, others
+
+
+def threads_for(cores: int, others: float) -> int:
+    """Threads for `cores` cores of which other processes use `others` (in cores): a core
+    counts as free when at least 60% of it is."""
+    return max(1, min(cores, math.floor(cores - others + 0.4)))
+
+
+def core_ticks(cores: list[int], proc: Path = Path("/proc")) -> tuple[int, int, int]:
+    """(busy, all) clock ticks of these cores since boot, and this process's own (all its
+    threads), from /proc/stat and /proc/self/stat, in the same unit (USER_HZ)."""
+    wanted, busy, total = {f"cpu{n}" for n in cores}, 0, 0
+    for line in (proc / "stat").read_text(encoding="ascii").splitlines():
+        name, *fields = line.split()
+        if name in wanted:
+            # user nice system idle iowait irq softirq steal (guest time is inside user)
+            ticks = [int(f) for f in fields[:8]]
+            busy, total = busy + sum(ticks) - ticks[3] - ticks[4], total + sum(ticks)
+    own = (proc / "self" / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    return busy, total, int(own[11]) + int(own[12])  # utime, stime: fields 14 and 15
 
 
 # glibc's mallopt parameters (malloc.h), and the largest mmap threshold it accepts on 64-bit

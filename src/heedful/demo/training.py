@@ -77,7 +77,9 @@ def budget(
     snapshots: int | None = None,
 ):
     """A task's TrainConfig with the caller's budget, seed and inputs traced over training."""
-    train = replace(train, seed=seed)
+    # the threads it starts with, pinned: a thread count changes the sums' order, and the
+    # tour's models must not depend on what else runs on the machine (cpu.FreeCores)
+    train = replace(train, seed=seed, threads=torch.get_num_threads())
     if snapshots is not None:
         train = replace(train, snapshot_sentences=snapshots)
     if max_steps is not None:
@@ -107,7 +109,7 @@ def train_logged(model, pairs, config: Config, validate, out: Path, progress: bo
     right. The validations are logged in place of checkpoints: a demo saves its model once.
     `snapshots` (training/snapshots.py), if any, trace their inputs before the first step
     and at every validation, into out/snapshots.json."""
-    from heedful.training.loop import Distributed
+    from heedful.training.distributed import Distributed
     from heedful.training.loop import train as train_model
     from heedful.training.run_dir import Run
 

@@ -44,8 +44,8 @@ from heedful.data.sources import ImageSource
 from heedful.data.tokenizers import Tokenizer
 from heedful.models.build import build_model
 from heedful.models.frozen import Trunk, cells_to_map, reading_cells
+from heedful.training.distributed import Distributed
 from heedful.training.inputs import given_tokenizer, resumed, same_tokenizer
-from heedful.training.loop import Distributed
 from heedful.training.state import seed_generators
 
 

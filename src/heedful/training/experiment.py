@@ -21,7 +21,8 @@ from heedful.cpu import reuse_freed_memory, set_threads
 from heedful.data.batching import Pairs
 from heedful.logs import RunLog
 from heedful.training.captions_task import CaptionTask
-from heedful.training.loop import Distributed, TrainResult
+from heedful.training.distributed import Distributed
+from heedful.training.loop import TrainResult
 from heedful.training.run_dir import Run, run_training
 from heedful.training.snapshots import Snapshots
 from heedful.training.text_task import TextTask, read_split

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -20,11 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from heedful.config import TrainConfig
+from heedful.cpu import FreeCores
 from heedful.data.batching import Pairs
 from heedful.data.stream import BatchStream, Shard
 from heedful.data.tokenizers import PAD_ID
 from heedful.evaluation import improves
 from heedful.logs import Progress, as_run_log
+from heedful.training.distributed import ALONE, Distributed
 from heedful.training.interrupts import STOP_SIGNALS, StopSignals
 from heedful.training.output_loss import output_layer_loss
 from heedful.training.state import TrainProgress, TrainState
@@ -47,80 +48,6 @@ class TrainResult:
     @property
     def seconds(self) -> float:
         return self.progress.seconds
-
-
-@dataclass(frozen=True)
-class Distributed:
-    """This process's place in a multi-process run (torchrun sets RANK / WORLD_SIZE)."""
-
-    rank: int = 0
-    world_size: int = 1
-
-    @classmethod
-    def from_env(cls) -> Distributed:
-        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def device(self) -> torch.device:
-        """This process's device: its GPU (torchrun's LOCAL_RANK) where there are GPUs."""
-        if torch.cuda.is_available():
-            local = int(os.environ.get("LOCAL_RANK", self.rank))
-            return torch.device("cuda", local % torch.cuda.device_count())
-        return torch.device("cpu")
-
-    def start(self, echo=print) -> None:
-        """Join torchrun's process group (gloo on CPUs, NCCL on GPUs); alone, there is none."""
-        if self.world_size == 1 or torch.distributed.is_initialized():
-            return
-        warning = elastic_store_warning(os.environ)
-        if warning and self.is_main:
-            echo(warning)
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-
-    def latest(self, seconds: float, device: str | torch.device = "cpu") -> float:
-        """The largest of every process's `seconds`. Each reading its own clock, one process
-        could stop at train.max_time a step before another, which would then wait in its next
-        all-reduce for ever, and the linear schedule would give them different rates. The
-        same holds for a signal that reaches one process and not (yet) another: every process
-        stops at the step where the first one caught it (see StopSignals)."""
-        if self.world_size == 1:
-            return seconds
-        value = torch.tensor([seconds], dtype=torch.float64, device=device)
-        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
-        return float(value.item())
-
-    def barrier(self) -> None:
-        """Wait until every process gets here (nothing to wait for alone)."""
-        if self.world_size > 1:
-            torch.distributed.barrier()
-
-    def finish(self) -> None:
-        """Leave torchrun's process group once every process is done: a process that exits
-        with the group still open can die in its threads' teardown ("terminate called without
-        an active exception", exit -6) after training went well, and torchrun reports a
-        failure. Alone, there is nothing to leave."""
-        if self.world_size > 1 and torch.distributed.is_initialized():
-            torch.distributed.barrier()
-            torch.distributed.destroy_process_group()
-
-
-def elastic_store_warning(env) -> str | None:
-    """What to tell a user whose torchrun restarts workers (--max-restarts) over the store it
-    shares with them (torch >= 2.5's default). That store outlives a restart, and the process
-    group's keys carry no round number, so a restarted worker can read its peer's address from
-    the round before and never connect (pytorch/pytorch#135712; our tests saw 2 hangs in 5).
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, set where torchrun runs, gives each round a new store."""
-    restarts = int(env.get("TORCHELASTIC_MAX_RESTARTS") or 0)
-    shared = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    if restarts > 0 and shared and env.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
-        return (
-            "warning: torchrun --max-restarts with its shared store can hang after a restart "
-            "(pytorch/pytorch#135712); run torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
-        )
-    return None
 
 
 def use_bf16(setting: bool | None, device: str | torch.device) -> bool:
@@ -164,7 +91,7 @@ def train(
     save: Callable[[TrainState, dict | None], None] | None = None,
     log: Callable[[dict], None] | None = None,
     state: TrainState | None = None,
-    dist: Distributed = Distributed(),
+    dist: Distributed = ALONE,
     device: str | torch.device = "cpu",
     echo: Callable[[str], None] | None = None,
 ) -> TrainResult:
@@ -180,6 +107,7 @@ def train(
     autocast = _autocast(config, device)
     shown = Progress(config.max_steps, p.step, progress and dist.is_main, as_run_log(echo))
     history, clock = [], _clock(p.seconds, dist, device)
+    cores = FreeCores.follow(config.threads) if dist.world_size == 1 else None  # cpu.py
     reserve, saved_at = 0.0, p.step  # the latest validation's seconds; the step last saved
     model.train()
     with StopSignals(lambda signum: dist.latest(signum, device)) as stop:
@@ -188,9 +116,7 @@ def train(
             loss_sum, tokens = _optimizer_step(
                 net, model, shards, state, config, dist, device, autocast
             )
-            p.step, p.tokens = p.step + 1, p.tokens + tokens
-            p.epoch, p.batch_in_epoch = stream.epoch, stream.batch
-            p.seconds = clock()
+            _advance(p, stream, tokens, clock, cores, echo)
             _log(state, config, loss_sum * dist.world_size, tokens, shards, shown, log)
             if p.step % config.eval_every == 0:
                 began = p.seconds
@@ -226,6 +152,18 @@ def _batches(pairs: Pairs, config: TrainConfig, p: TrainProgress, dist: Distribu
         dist.world_size,
         config.data_workers,
     )
+
+
+def _advance(p: TrainProgress, stream: BatchStream, tokens: int, clock, cores, echo) -> None:
+    """A step taken: the counters and the clock; and the threads, where they follow the cores
+    other processes leave free (cpu.FreeCores), with a line when their count changes."""
+    p.step, p.tokens = p.step + 1, p.tokens + tokens
+    p.epoch, p.batch_in_epoch = stream.epoch, stream.batch
+    p.seconds = clock()
+    changed = cores.look() if cores is not None else None
+    if changed is not None and echo is not None:
+        threads, others = changed
+        echo(f"threads: {threads}, as other processes use {others:.1f} of {len(cores.cores)} cores")
 
 
 def _log(state: TrainState, config: TrainConfig, loss_sum, tokens, shards, shown, log) -> None:

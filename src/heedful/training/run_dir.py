@@ -38,8 +38,9 @@ from heedful.io import (
 )
 from heedful.logs import as_run_log
 from heedful.output_dirs import DirectoryKind, foreign_entries, listed
+from heedful.training.distributed import Distributed
 from heedful.training.interrupts import STOP_SIGNALS
-from heedful.training.loop import Distributed, TrainResult, train
+from heedful.training.loop import TrainResult, train
 from heedful.training.snapshots import Snapshots
 from heedful.training.state import TrainState
 from heedful.visualize.snapshots import FILE_NAME as SNAPSHOTS

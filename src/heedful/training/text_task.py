@@ -17,8 +17,8 @@ from heedful.data.batching import Batch, InMemoryPairs, Pairs, bucketed_batches,
 from heedful.data.corpus import CorpusError, iter_split, split_source
 from heedful.data.sentencepiece_model import fill_vocabulary
 from heedful.models.build import build_model
+from heedful.training.distributed import Distributed
 from heedful.training.inputs import given_tokenizer, resumed, same_tokenizer
-from heedful.training.loop import Distributed
 from heedful.training.state import seed_generators
 
 
