@@ -279,7 +279,14 @@ def report(results: list[dict]) -> str:
         "same = outputs identical to heedful's. baseline = the code before this change (git "
         "HEAD's src/). CPU time: the same ratio of the processes' CPU seconds, which other "
         "work on the machine disturbs less than wall time (with 1 thread, it is the work done; "
-        "with 2, it includes OpenMP's spinning).",
+        "with 2, it includes OpenMP's spinning). spinN = heedful with GOMP_SPINCOUNT=N (`--env-"
+        "way`): how long OpenMP's threads spin before they sleep, counted in PAUSE "
+        "instructions, whose length differs by an order of magnitude among x86 CPUs; heedful "
+        'asks for 100,000 (heedful.cpu, "Threads"). The knee sits near 10,000 here, so a CPU '
+        "whose PAUSE is several times shorter than this one's ran the old setting as this one "
+        "runs spin3k or spin1k: that is how greedy decoding could differ by 1.6x between two "
+        "EPYCs (issue 30). CTranslate2 is run as it comes, intra_threads = the thread count; "
+        "with one thread it decodes faster here than with two.",
     ]
     for result in results:
         isa = "AVX2 forced (" + ", ".join(f"{k}={v}" for k, v in AVX2.items()) + ")"

@@ -2,6 +2,7 @@
 
     python benchmarks/shared_cores.py      # ~10 minutes on an otherwise idle machine;
                                            # needs ../shared/corpora/multi30k
+    python benchmarks/shared_cores.py --model runs/m30k/best   # and decoding, by that model
 
 The Multi30k Transformer of configs/multi30k/transformer.yaml (3+3 layers, d_model 256) trains
 on the first 6,000 Multi30k pairs in length-bucketed batches of 3,000 tokens (as
@@ -44,6 +45,8 @@ SETTINGS = [(AUTO, "GOMP_SPINCOUNT=100000")] + [(2, w) for w in WAITING]
 SETTINGS += [(1, "GOMP_SPINCOUNT=100000")]
 DEFAULT = (AUTO, "GOMP_SPINCOUNT=100000")  # what `heedful train` does with nothing set
 BUSY_LOOP = "while True: pass"
+DECODED = 1000  # sentences of test2016 decoded (with --model)
+MODEL = None  # --model: the model directory that decodes
 
 
 def measure(threads: int) -> dict:
@@ -82,13 +85,35 @@ def measure(threads: int) -> dict:
     return {"tokens_per_s": tokens / seconds, "steps": steps, "seconds": seconds}
 
 
-def run(threads: int, policy: str, busy: bool) -> dict:
+def measure_decoding(threads: int, model: str) -> dict:
+    """One child process: greedy decoding of test2016's first DECODED sentences, batch 64,
+    sentences/s (the Translator follows the free cores itself when threads are AUTO)."""
+    import torch
+
+    from heedful.cpu import set_threads
+    from heedful.inference.translator import Translator
+
+    if threads != AUTO:
+        set_threads(threads)
+    sources = (CORPUS / "test2016.en").read_text(encoding="utf-8").splitlines()[:DECODED]
+    translator = Translator.load(model)
+    translator.translate(sources[:64], num_beams=1)  # warm-up
+    start = time.perf_counter()
+    translator.translate(sources, num_beams=1, batch_size=64)
+    seconds = time.perf_counter() - start
+    return {"sentences_per_s": len(sources) / seconds, "threads_after": torch.get_num_threads()}
+
+
+def run(threads: int, policy: str, busy: bool, model: str | None = None) -> dict:
+    """One setting in a child process, beside a busy loop or not: training, or with `model`
+    decoding."""
     mine = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")
     env = {k: v for k, v in os.environ.items() if k not in mine} | WAITING[policy]
     rival = subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) if busy else None
+    child = ["--child", str(threads)] if model is None else ["--child-decode", str(threads), model]
     try:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", str(threads)],
+            [sys.executable, __file__, *child],
             env=env,
             check=True,
             capture_output=True,
@@ -123,7 +148,7 @@ def report(results: list[dict]) -> str:
         "",
         f"{datetime.date.today().isoformat()}, {machine()}; otherwise idle.",
         "",
-        "    python benchmarks/shared_cores.py",
+        f"    python benchmarks/shared_cores.py{' --model ' + MODEL if MODEL else ''}",
         "",
         "The Multi30k Transformer (3+3 layers, d_model 256, batches of 3,000 tokens), each "
         "setting alone and beside one single-threaded busy process. Share: of the best idle "
@@ -147,23 +172,56 @@ def report(results: list[dict]) -> str:
     ])  # fmt: skip
 
 
+def decoding_report(results: list[dict], model: str) -> list[str]:
+    """The decoding table: each setting's greedy sentences/s, idle and beside the busy loop."""
+    best_idle = max(r["sentences_per_s"] for r in results if not r["busy"])
+    rows = [
+        f"| {'following the free cores' if r['threads'] == AUTO else r['threads']} | "
+        f"{r['policy']} | {'one busy process' if r['busy'] else 'idle'} | "
+        f"{r['sentences_per_s']:,.1f} | {r['sentences_per_s'] / best_idle:.0%} | "
+        f"{r['threads_after']} |"
+        for r in results
+    ]
+    return [
+        "",
+        f"Decoding: greedy, the first {DECODED} sentences of test2016, batch 64, by {model}.",
+        "",
+        "| threads | waiting | machine | sentences/s | share of idle | threads at the end |",
+        "|---:|---|---|---:|---:|---:|",
+        *rows,
+    ]
+
+
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+    if len(sys.argv) >= 3 and sys.argv[1] in ("--child", "--child-decode"):
         # heedful first, as the `heedful` command imports it: it sets GOMP_SPINCOUNT, which
         # libgomp reads once, when torch loads it
         import heedful  # noqa: F401
 
-        print(json.dumps(measure(int(sys.argv[2]))))
+        threads = int(sys.argv[2])
+        job = (
+            measure(threads) if sys.argv[1] == "--child" else measure_decoding(threads, sys.argv[3])
+        )
+        print(json.dumps(job))
         return
-    results = []
+    global MODEL
+    model = MODEL = sys.argv[sys.argv.index("--model") + 1] if "--model" in sys.argv else None
+    results, decoding = [], []
     for threads, policy in SETTINGS:
         for busy in (False, True):
             result = {"threads": threads, "policy": policy, "busy": busy}
             result.update(run(threads, policy, busy))
             print(json.dumps(result), flush=True)
             results.append(result)
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    write_section(REPORT, BEGIN, END, report(results))
+            if model is not None:
+                decoded = {**result, **run(threads, policy, busy, model)}
+                print(json.dumps(decoded), flush=True)
+                decoding.append(decoded)
+    RESULTS.write_text(json.dumps({"training": results, "decoding": decoding}, indent=1) + "\n")
+    lines = report(results).split("\n")
+    if decoding:
+        lines[-1:-1] = decoding_report(decoding, model)
+    write_section(REPORT, BEGIN, END, "\n".join(lines))
     print(f"wrote {REPORT}")
 
 

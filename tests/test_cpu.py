@@ -250,15 +250,22 @@ def test_the_threads_follow_a_busy_process_down_and_back_up():
         torch.set_num_threads(saved)
 
 
-def test_threads_follow_the_cores_only_when_left_to_heedful():
+def test_threads_follow_the_cores_only_when_left_to_heedful(monkeypatch):
     """A pinned count (train.threads, --threads, OMP_NUM_THREADS) and torchrun's processes
     keep theirs: the count changes the weights' last bits, and a pin is how a user asks for
     a model that does not depend on what else runs."""
+    monkeypatch.setattr("heedful.cpu._chosen", False)
     assert FreeCores.follow(2, environ={}) is None
     assert FreeCores.follow(None, environ={"OMP_NUM_THREADS": "2"}) is None
     assert FreeCores.follow(None, environ={"LOCAL_WORLD_SIZE": "2"}) is None
     if len(os.sched_getaffinity(0)) > 1:
         assert isinstance(FreeCores.follow(None, environ={}), FreeCores)
+        saved = torch.get_num_threads()
+        try:
+            set_threads(saved)  # a count given to set_threads (--threads) is the user's
+        finally:
+            torch.set_num_threads(saved)
+        assert FreeCores.follow(None, environ={}) is None
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to share")

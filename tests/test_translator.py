@@ -109,3 +109,20 @@ def test_check_quantize_refuses_what_we_do_not_offer(quantize, device, message):
         check_quantize(quantize, device)
     check_quantize(None, device)
     check_quantize("int8", "cpu")
+
+
+def test_translation_looks_at_the_free_cores_after_every_batch(reverse_model_dir, monkeypatch):
+    """With its threads left to heedful, a Translator sets them after each batch from the cores
+    other processes leave free (cpu.FreeCores); a chosen count (here the tests' own
+    OMP_NUM_THREADS) is never looked at."""
+    assert Translator.load(reverse_model_dir).cores is None
+    looks = []
+
+    class Watcher:
+        def look(self):
+            looks.append(1)
+
+    monkeypatch.setattr("heedful.inference.translator.FreeCores.follow", lambda threads: Watcher())
+    translator = Translator.load(reverse_model_dir)
+    translator.translate(["abc", "de", "fgh", "ab", "c"], num_beams=1, batch_size=2)
+    assert len(looks) == 3

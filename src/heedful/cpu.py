@@ -70,9 +70,14 @@ def default_threads(environ=None) -> int:
     return max(1, cores // max(1, local_processes))
 
 
+_chosen = False  # whether a count was given to set_threads (--threads): then it stays
+
+
 def set_threads(threads: int | None) -> int:
     """Use `threads` intra-op threads in torch and return the count. None: OMP_NUM_THREADS
-    when the user (or torchrun) set it, else default_threads()."""
+    when the user (or torchrun) set it, else default_threads(). A count given here is the
+    user's: FreeCores leaves it alone from then on."""
+    global _chosen
     import torch
 
     if threads is None:
@@ -83,12 +88,14 @@ def set_threads(threads: int | None) -> int:
         raise ValueError(f"--threads must be at least 1, got {count}")
     if torch.get_num_threads() != count:
         torch.set_num_threads(count)
+    _chosen = _chosen or threads is not None
     return count
 
 
 class FreeCores:
-    """Training's threads, following the cores other processes leave us: one fewer for each
-    core another process keeps busy, back up when it stops.
+    """torch's threads, following the cores other processes leave us: one fewer for each core
+    another process keeps busy, back up when it stops. Training looks after every step,
+    translation (Translator.translate) after every batch.
 
     Why: two threads beside one busy process are slower than one. Each of our threads waits
     for the other at the end of every parallel region, and the one that shares its core with
@@ -97,11 +104,12 @@ class FreeCores:
     thread 61% (benchmarks/shared_cores.py). And spinning threads, which keep decoding fast on
     an idle machine (choose_spin_count), burn the time slices the other process needs.
 
-    Only where the threads are left to heedful (no train.threads, --threads or
+    Only where the threads are left to heedful (no train.threads, --threads, set_threads(N) or
     OMP_NUM_THREADS, one process on the machine): a thread count changes the order of the
-    sums, hence the weights in their last bits, so a pinned count is the way to a model that
-    does not depend on what else ran (the demo pins its own). Looks every EVERY seconds, from
-    /proc/stat's per-core counters of the cores we may run on, less our own (Linux only).
+    sums, hence the weights and scores in their last bits, so a pinned count is the way to
+    results that do not depend on what else ran (the demo pins its own). Looks every EVERY
+    seconds, from /proc/stat's per-core counters of the cores we may run on, less our own
+    (Linux only).
     """
 
     EVERY = 2.0  # seconds between looks: many scheduler slices, a small share of a run
@@ -116,7 +124,7 @@ class FreeCores:
         """A FreeCores when the thread count is heedful's to choose and there is a choice
         (2 cores or more, readable counters); else None."""
         environ = os.environ if environ is None else environ
-        if threads is not None or environ.get("OMP_NUM_THREADS"):
+        if threads is not None or _chosen or environ.get("OMP_NUM_THREADS"):
             return None
         if int(environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1:
             return None  # torchrun's processes share the cores on purpose

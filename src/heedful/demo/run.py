@@ -32,6 +32,7 @@ from heedful.config import (
     TextEncoderConfig,
     TrainConfig,
 )
+from heedful.cpu import set_threads
 from heedful.data.batching import Pairs
 from heedful.data.tokenizers import CharTokenizer
 from heedful.demo.budgets import DATES_STEPS, DIALOGUE_STEPS, budget_rule
@@ -272,6 +273,7 @@ def run_demo(
     default to the task's; `snapshots`, the inputs traced over training into
     out_dir/snapshots.json (0: none), too."""
     _check_choice("demo task", task, DEMO_TASKS)
+    set_threads(torch.get_num_threads())  # pinned: the tour's results, whatever else runs
     demo, out_dir = DEMO_TASKS[task], Path(out_dir)
     model_name = model_name or demo.model_name
     _check_choice(f"{demo.word} model", model_name, demo.models)

@@ -18,6 +18,7 @@ from heedful.checkpoint.model_dir import load_model_dir
 from heedful.checkpoint.slots import text_tokenizer
 from heedful.config import ModelConfig
 from heedful.config.search import SearchSettings, call_settings
+from heedful.cpu import FreeCores
 from heedful.data.sources import as_source
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
 from heedful.inference.engine import PICTURES, Capabilities, check_supported
@@ -60,6 +61,8 @@ class Translator:
         self.generation, self.device, self.languages = generation, torch.device(device), languages
         # pairs: a multilingual model's (data/languages.py), which reads a target token first
         self.pairs, self.target_tokens = (pairs, True) if pairs else ((languages,), False)
+        # torch's threads follow the cores other processes leave free, unless chosen (cpu.py)
+        self.cores = FreeCores.follow(None) if self.device.type == "cpu" else None
 
     @classmethod
     def load(
@@ -155,6 +158,8 @@ class Translator:
             src = self.source.batch([inputs[i] for i in chunk], self.device)  # (B, S) or pixels
             prefix = None if forced is None else [forced[i] for i in chunk]
             found = self.search(src, prefix=prefix, settings=asked)
+            if self.cores is not None:
+                self.cores.look()  # threads for the next batch, from the cores left free
             for row, (i, hyps) in enumerate(zip(chunk, found)):
                 labels = self.source.labels(inputs[i])  # once for its n-best
                 first, *rest = [self._translation(labels, h) for h in hyps]
