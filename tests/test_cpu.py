@@ -293,3 +293,19 @@ def test_a_real_busy_process_is_seen_as_a_core_taken():
     finally:
         rival.kill()
         rival.wait()
+
+
+def test_counters_that_cannot_be_read_keep_the_count():
+    """/proc unreadable mid-run (a container's mount changed): training goes on, the count as
+    it was."""
+    saved, now, reads = torch.get_num_threads(), [0.0], [(0, 0, 0)]
+
+    def read():
+        if len(reads) > 1:
+            raise PermissionError("/proc/stat")
+        return reads[-1]
+
+    cores = FreeCores([0, 1], read=read, clock=lambda: now[0])
+    reads.append(None)
+    now[0] = 10.0
+    assert cores.look() is None and torch.get_num_threads() == saved

@@ -99,10 +99,12 @@ class FreeCores:
 
     Why: two threads beside one busy process are slower than one. Each of our threads waits
     for the other at the end of every parallel region, and the one that shares its core with
-    the other process runs only part of the time, so the pair goes at the pace of the slower:
-    a 2-thread training step kept 52% of the idle rate beside a single-threaded busy loop, one
-    thread 61% (benchmarks/shared_cores.py). And spinning threads, which keep decoding fast on
-    an idle machine (choose_spin_count), burn the time slices the other process needs.
+    the other process runs only part of the time, so the pair goes at the pace of the slower.
+    And spinning threads, which keep decoding fast on an idle machine (SPIN_COUNT), burn the
+    time slices the other process needs. Beside a single-threaded busy loop, two threads kept
+    37% of the idle training rate and 8% of greedy decoding's (56% and 24% spinning 10,000
+    rounds), one thread 65% and 56%, and threads that follow the free cores 66% and 49%
+    (benchmarks/shared_cores.py, docs/benchmarks.md).
 
     Only where the threads are left to heedful (no train.threads, --threads, set_threads(N) or
     OMP_NUM_THREADS, one process on the machine): a thread count changes the order of the
@@ -142,7 +144,10 @@ class FreeCores:
         now = self.clock()
         if now - self.last[0] < self.EVERY:
             return None
-        busy, total, own = self.read()
+        try:
+            busy, total, own = self.read()
+        except (OSError, ValueError, IndexError):  # /proc gone or changed: keep the count
+            return None
         _, busy0, total0, own0 = self.last
         self.last = (now, busy, total, own)
         if total <= total0:
