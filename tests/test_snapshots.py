@@ -10,12 +10,14 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from test_experiment import corpus, write_config
 
 from heedful.cli import main
 from heedful.config import ConfigError, load_config
 from heedful.inference.translator import Translator
+from heedful.models.encoder_decoder import EncoderDecoder
 from heedful.training.snapshots import scores_of, thinned
 from heedful.visualize.snapshots import read_snapshots
 from heedful.visualize.trace import build_trace
@@ -51,6 +53,25 @@ def test_the_inputs_are_traced_before_training_and_at_every_validation(trained):
         assert s["scores"] == scores_of(validations[s["step"]]) and "bleu" in s["scores"]
     for snapshot in data["snapshots"]:
         assert [trace["source"] for trace in snapshot["traces"]] == data["inputs"]
+
+
+def test_training_keeps_its_dropout_on_through_validations_and_snapshots(tmp_path, monkeypatch):
+    """Every training step runs in training mode: a snapshot's Translator (which puts its
+    model in eval mode) once left the model in eval mode after the first validation, and
+    training went on without dropout."""
+    modes = []
+    forward = EncoderDecoder.forward
+
+    def counted(self, *args, **kwargs):
+        if torch.is_grad_enabled():  # a training step's forward, not a search's
+            modes.append(self.training)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(EncoderDecoder, "forward", counted)
+    config = write_config(tmp_path, corpus(tmp_path), steps=12)
+    train(config, tmp_path / "run", *SNAPSHOTS)
+    assert len(read_snapshots(tmp_path / "run")["snapshots"]) == 4  # validations did run
+    assert modes == [True] * 12
 
 
 def test_the_last_snapshot_is_the_trained_models_trace(trained):

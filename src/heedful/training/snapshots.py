@@ -143,8 +143,8 @@ class Snapshots:
         and write the file again, atomically."""
         if self.data is None:
             self._begin()
-        translator = self._translator(model)
-        with evaluating(model):
+        with evaluating(model):  # a Translator puts its model in eval mode: inside, so that
+            translator = self._translator(model)  # training goes on with its dropout
             traces = [self._trace(translator, item) for item in self.inputs]
         kept = [s for s in self.data["snapshots"] if s["step"] < step]
         snapshot = {"step": step, "scores": scores_of(metrics), "traces": traces}
