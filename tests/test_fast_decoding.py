@@ -4,6 +4,7 @@ beam search stopping once its n_best answers are certain."""
 
 import copy
 import pickle
+from dataclasses import replace
 
 import pytest
 import torch
@@ -164,6 +165,52 @@ def test_a_state_reorders_copies_and_pickles():
             a, _, _ = model.decode_step(memory, clone, torch.full((3,), 7))
             b, _, _ = model.decode_step(memory, state, torch.full((3,), 7))
             torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def per_row(state: TransformerState) -> TransformerState:
+    """The state with its sources' keys, values and mask copied for every decode row, as
+    before rows shared them: what sharing must compute the same as."""
+    rows = torch.arange(state.cross_kv[0][0].size(0) * state.beams) // state.beams
+    cross = [(k[rows], v[rows]) for k, v in state.cross_kv]
+    return replace(state, cross_kv=cross, src_mask=state.src_mask[rows], beams=1)
+
+
+def assert_same_steps(model, memory, shared: TransformerState, tokens: torch.Tensor):
+    """One step from `shared` and from its per-row copy: the same log-probs and weights."""
+    a, a_state, a_w = model.decode_step(memory, shared, tokens, need_weights=True)
+    b, _, b_w = model.decode_step(memory, per_row(shared), tokens, need_weights=True)
+    for x, y in ((a, b), (a_w.cross, b_w.cross), (a_w.decoder, b_w.decoder)):
+        torch.testing.assert_close(x, y, atol=1e-12, rtol=0)
+    return a_state
+
+
+def beam_rows(k: int, *sentences: int) -> torch.Tensor:
+    """The decode rows of these sentences' k beams, in this order."""
+    return torch.tensor([b * k + i for b in sentences for i in range(k)])
+
+
+def test_the_beams_of_a_sentence_share_its_keys_and_values():
+    model, src, k = transformer64(), torch.randint(4, 20, (3, 6)), 4
+    src[1, 3:] = 0  # a padded source: its mask is shared too
+    with torch.no_grad():
+        memory = model.encode(src)
+        state = model.init_state(memory).index_select(torch.arange(3).repeat_interleave(k))
+        assert state.beams == k and state.cross_kv[0][0].size(0) == 3  # one copy per sentence
+        memory = memory.index_select(torch.arange(3).repeat_interleave(k))
+        for _ in range(3):
+            state = assert_same_steps(model, memory, state, torch.randint(3, 15, (3 * k,)))
+            mixed = torch.stack([torch.randperm(k) + b * k for b in range(3)]).view(-1)
+            state = state.index_select(mixed, same_sources=True)  # beams move within a sentence
+        # sentence 1 leaves, 2 and 0 swap, 0's beams reversed
+        dropped = state.index_select(torch.cat([beam_rows(k, 2), beam_rows(k, 0).flip(0)]))
+        assert dropped.beams == k and dropped.cross_kv[0][0].size(0) == 2
+        memory = memory.index_select(beam_rows(k, 2, 0))
+        assert_same_steps(model, memory, dropped, torch.full((2 * k,), 5))
+        uneven = state.index_select(torch.tensor([0, 1, 1, 2, 9]))  # runs of 2, 2 and 1 rows
+        assert uneven.beams == 1 and uneven.cross_kv[0][0].size(0) == 5
+        want = per_row(state).index_select(torch.tensor([0, 1, 1, 2, 9]))
+        for (ka, va), (kb, vb) in zip(uneven.cross_kv, want.cross_kv):
+            assert torch.equal(ka, kb) and torch.equal(va, vb)
 
 
 def varied_lengths_model():

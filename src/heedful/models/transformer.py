@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -163,10 +163,14 @@ class DecoderLayer(nn.Module):
         self.cross_block = Residual(d_model, dropout, norm_first)
         self.ff_block = Residual(d_model, dropout, norm_first)
 
-    def forward(self, x, cross_kv: KV, src_mask, tgt_mask, past_kv: KV | None, need_weights):
+    def forward(
+        self, x, cross_kv: KV, src_mask, tgt_mask, past_kv: KV | None, need_weights, beams=1
+    ):
         """x (B, T, D): the new target positions; past_kv: this layer's keys/values for earlier
-        positions (incremental decoding) or None. Returns x, the keys/values of all positions so
-        far, self weights (B, H, T, T_all) and cross weights (B, H, T, S) (None unless asked)."""
+        positions (incremental decoding) or None; cross_kv (B / beams, H_kv, S, D/H) and
+        src_mask (B / beams, 1, S): each source's, read by `beams` consecutive rows. Returns x,
+        the keys/values of all positions so far, self weights (B, H, T, T_all) and cross
+        weights (B, H, T, S) (None unless asked)."""
 
         def self_attention(h):
             q, k, v = self.self_attn.project_qkv(h)  # (B, H, T, D/H), k, v (B, H_kv, T, D/H)
@@ -179,12 +183,28 @@ class DecoderLayer(nn.Module):
             return out, (w, kv)
 
         def cross_attention(h):
-            return self.cross_attn.attend_projected(h, *cross_kv, src_mask, need_weights)
+            return attend_sources(self.cross_attn, h, cross_kv, src_mask, need_weights, beams)
 
         x, (self_weights, kv) = self.self_block(x, self_attention)
         x, cross_weights = self.cross_block(x, cross_attention)
         x, _ = self.ff_block(x, lambda h: (self.feed_forward(h), None))
         return x, kv, self_weights, cross_weights
+
+
+def attend_sources(attn: MultiHeadAttention, h, kv: KV, mask, need_weights: bool, beams: int):
+    """Cross-attention of rows h (B, T, D) over the keys and values kv of B / beams sources,
+    `beams` consecutive rows each: a source's rows become one row of beams·T queries, which is
+    the same attention (no query sees another), over one copy of the source's keys and values.
+    Returns (B, T, D) and weights (B, H, T, S) or None."""
+    if beams == 1:
+        return attn.attend_projected(h, *kv, mask, need_weights)
+    rows, t, d = h.shape
+    out, weights = attn.attend_projected(
+        h.reshape(rows // beams, beams * t, d), *kv, mask, need_weights
+    )
+    if weights is not None:  # (B / beams, H, beams·T, S) -> (B, H, T, S)
+        weights = weights.unflatten(2, (beams, t)).transpose(1, 2).flatten(0, 1)
+    return out.reshape(rows, t, d), weights
 
 
 class Embedding(nn.Module):
@@ -206,25 +226,50 @@ class Embedding(nn.Module):
 
 @dataclass
 class TransformerState:
-    cross_kv: list[KV]  # per layer, computed once per sentence
+    """What the decoder carries from step to step. Decode rows that read one source share its
+    cross-attention keys and values: rows b·beams .. b·beams + beams - 1 read source b, so beam
+    search's K beams of a sentence are K queries against one copy of its keys and values, not K
+    copies (beam 5 on Multi30k test2016, batch 64: 13 MB of cross-attention keys and values
+    instead of 64 MB, and no copying them when a sentence leaves)."""
+
+    cross_kv: list[KV]  # per layer, (B_src, H_kv, S, D/H), computed once per source
     self_kv: list[KV | None]  # per layer, grows by one position each step (KVCache in search)
     position: int = 0
+    src_mask: torch.Tensor | None = None  # (B_src, 1, S) the sources' real tokens
+    beams: int = 1  # consecutive decode rows per source
 
     def index_select(self, index: torch.Tensor, same_sources: bool = False) -> TransformerState:
         """Rows `index` of the state. same_sources: each new row reads the same source sentence
         as the old row at its place (beam search reordering beams within their sentence), so
         the cross-attention keys and values, a function of the source alone, stay as they are
-        instead of being copied (in int8 beam search on Multi30k the copies of all caches were
-        35% of the time; leaving these out brought them to 18%). index_select, not kv[index]:
-        advanced indexing was 3-4x slower for these (B, H, len, D/H) gathers."""
+        (in int8 beam search on Multi30k the copies of all caches were 35% of the time; leaving
+        these out brought them to 18%). index_select, not kv[index]: advanced indexing was 3-4x
+        slower for these (B, H, len, D/H) gathers."""
 
-        def pick(kv):
+        def pick(kv, rows=index):
             if kv is None or isinstance(kv, KVCache):
-                return None if kv is None else kv.index_select(index)
-            return kv[0].index_select(0, index), kv[1].index_select(0, index)
+                return None if kv is None else kv.index_select(rows)
+            return kv[0].index_select(0, rows), kv[1].index_select(0, rows)
 
-        cross = self.cross_kv if same_sources else [pick(kv) for kv in self.cross_kv]
-        return TransformerState(cross, [pick(kv) for kv in self.self_kv], self.position)
+        past = [pick(kv) for kv in self.self_kv]
+        if same_sources:
+            return TransformerState(self.cross_kv, past, self.position, self.src_mask, self.beams)
+        sources, beams = self._sources(index)
+        cross = [pick(kv, sources) for kv in self.cross_kv]
+        mask = None if self.src_mask is None else self.src_mask.index_select(0, sources)
+        return TransformerState(cross, past, self.position, mask, beams)
+
+    def _sources(self, index: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The sources the new rows read, and how many consecutive rows read each: one row per
+        source unless the rows come in equal runs of one source (search tiling a sentence into
+        its beams, or dropping whole sentences), which then share it."""
+        sources = torch.div(index, self.beams, rounding_mode="floor")  # (R',) each row's source
+        if sources.numel() == 0:
+            return sources, 1
+        firsts, runs = sources.unique_consecutive(return_counts=True)
+        if bool((runs == runs[0]).all()):
+            return firsts, int(runs[0])
+        return sources, 1
 
 
 def run_encoder_layers(layers, x: torch.Tensor, mask: torch.Tensor, need_weights: bool):
@@ -279,15 +324,17 @@ class TransformerDecoder(nn.Module):
         cross_kv = [  # per layer (k, v), each (B, H_kv, S, D/H)
             layer.cross_attn.project_kv(memory.states, memory.states) for layer in self.layers
         ]
-        return TransformerState(cross_kv, [None] * len(self.layers))
+        return TransformerState(cross_kv, [None] * len(self.layers), src_mask=memory.mask)
 
-    def _run(self, x, state: TransformerState, memory, tgt_mask, need_weights, project=True):
+    def _run(self, x, state: TransformerState, tgt_mask, need_weights, project=True):
         """The stack over embedded target positions x (B, T, D) -> logits (B, T, V), or the
         final states (B, T, D) when not `project`; the keys and values of every layer's
         positions so far; self (B, L, H, T, T_all) and cross (B, L, H, T, S) weights or None."""
         new_past, self_ws, cross_ws = [], [], []
         for layer, kv, past in zip(self.layers, state.cross_kv, state.self_kv):
-            x, layer_kv, self_w, cross_w = layer(x, kv, memory.mask, tgt_mask, past, need_weights)
+            x, layer_kv, self_w, cross_w = layer(
+                x, kv, state.src_mask, tgt_mask, past, need_weights, state.beams
+            )
             new_past.append(layer_kv)
             self_ws.append(self_w)
             cross_ws.append(cross_w)
@@ -304,9 +351,8 @@ class TransformerDecoder(nn.Module):
         the states before the output layer instead, and that layer."""
         tgt_mask = causal_mask(tgt_in.size(1), tgt_in.device)  # (T, T)
         state = self.init_state(memory)
-        out, _, self_w, cross_w = self._run(
-            self.embed(tgt_in), state, memory, tgt_mask, need_weights, project
-        )
+        x = self.embed(tgt_in)
+        out, _, self_w, cross_w = self._run(x, state, tgt_mask, need_weights, project)
         maps = AttentionMaps(cross_w, decoder=self_w) if need_weights else None
         if not project:
             return Seq2SeqOutput(None, maps, features=out, output_layer=self.generator)
@@ -318,9 +364,9 @@ class TransformerDecoder(nn.Module):
         """One new position: last_tokens (B,) -> log-probabilities (B, V) of the next token."""
         x = self.embed(last_tokens.unsqueeze(1), offset=state.position)  # (B, 1, D)
         # No mask needed for self-attention: the cache holds only past positions.
-        past = TransformerState(state.cross_kv, [KVCache.of(kv) for kv in state.self_kv])
-        logits, past, self_w, cross_w = self._run(x, past, memory, None, need_weights)
-        state = TransformerState(state.cross_kv, past, state.position + 1)
+        past = replace(state, self_kv=[KVCache.of(kv) for kv in state.self_kv])
+        logits, past, self_w, cross_w = self._run(x, past, None, need_weights)
+        state = replace(state, self_kv=past, position=state.position + 1)
         weights = StepAttention(cross_w[:, :, :, 0], self_w[:, :, :, 0]) if need_weights else None
         return logits[:, 0].log_softmax(-1), state, weights
 
