@@ -3,11 +3,14 @@ then scored on test2016 with beam search (detokenized, case-sensitive sacreBLEU)
 
     python benchmarks/multi30k_quality.py                       # all configs, 30 min each
     python benchmarks/multi30k_quality.py --configs transformer --budget 600
+    python benchmarks/multi30k_quality.py --configs transformer --seeds 2 3 --steps 2700 --add
     python benchmarks/multi30k_quality.py --report               # only rewrite docs/benchmarks.md
 
 Each config's result goes to benchmarks/results/multi30k-<name>.json; the report in
 docs/benchmarks.md is rebuilt from every result file present, so configs can be run one at a
-time (each run needs the machine to itself: the budget is wall-clock time).
+time. A run with a time budget needs the machine to itself; with --steps (the count an idle
+run reached in the budget) several seeds can share the cores, and --add keeps the seeds
+already in the result.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from report import machine, write_section  # benchmarks/report.py
@@ -31,8 +35,8 @@ REPORT = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- multi30k-quality:begin -->", "<!-- multi30k-quality:end -->"
 
 
-def run_config(name: str, budget: float, beam: int, run_root: Path, seed: int | None) -> dict:
-    """Train config `name` (with `seed`, else the config's) for at most `budget` seconds into
+def run_config(name: str, budget: Budget, beam: int, run_root: Path, seed: int | None) -> dict:
+    """Train config `name` (with `seed`, else the config's) within `budget` into
     run_root/name[-seed<N>], then score it."""
     config = ROOT / "configs" / "multi30k" / f"{name}.yaml"
     run_dir = run_root / (name if seed is None else f"{name}-seed{seed}")
@@ -46,8 +50,7 @@ def run_config(name: str, budget: float, beam: int, run_root: Path, seed: int | 
         str(run_dir),
         "--force",
         "--no-progress",
-        "--set",
-        f"train.max_time={budget}",
+        *budget.overrides(),
         *([] if seed is None else ["--set", f"train.seed={seed}"]),
     ]
     start = time.perf_counter()
@@ -73,7 +76,8 @@ def run_config(name: str, budget: float, beam: int, run_root: Path, seed: int | 
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
         "command": " ".join(["python", "-m", "heedful", *command[3:]]).replace(f"{ROOT}/", ""),
-        "budget_seconds": budget,
+        "budget_seconds": budget.seconds,
+        "budget_steps": budget.steps,
         "train_wall_seconds": round(train_wall, 1),
         "load": load.summary(),
         "steps": max((m.get("step", 0) for m in metrics), default=0),  # the last is validated
@@ -100,12 +104,45 @@ def run_config(name: str, budget: float, beam: int, run_root: Path, seed: int | 
     }
 
 
+@dataclass(frozen=True)
+class Budget:
+    """Seconds of wall-clock time (validation included), or, given `steps`, that many steps
+    with the schedule over them and no time limit: runs that share the cores (several seeds
+    at once) then train what an idle run would, `steps` being what the idle machine fits in
+    the time (an earlier run's count)."""
+
+    seconds: float | None = 1800.0
+    steps: int | None = None
+
+    def overrides(self) -> list[str]:
+        if self.steps is not None:
+            return ["--set", f"train.max_steps={self.steps}", "--set", "train.max_time=null"]
+        return ["--set", f"train.max_time={self.seconds}"]
+
+    def label(self) -> str:
+        return f"{self.steps:,} steps" if self.steps is not None else f"{self.seconds / 60:.0f} min"
+
+
 def with_seeds(runs: list[dict]) -> dict:
-    """One config's result: the run with the median BLEU (its fields are the config's), and
-    every run's seed, steps and scores under "seeds"."""
+    """One config's result: the fields of the run with the median BLEU, and every run whole
+    under "seeds"."""
+    runs = [{k: v for k, v in r.items() if k != "seeds"} for r in runs]
     median = sorted(runs, key=lambda r: r["bleu"])[(len(runs) - 1) // 2]
-    keep = ("seed", "steps", "train_wall_seconds", "load", "bleu", "tokenized_bleu")
-    return {**median, "seeds": [{k: r.get(k) for k in keep} for r in runs]}
+    return {**median, "seeds": runs}
+
+
+def budget_of(result: dict) -> Budget:
+    return Budget(result.get("budget_seconds"), result.get("budget_steps"))
+
+
+def earlier_runs(name: str, seeds: list[int | None]) -> list[dict]:
+    """The runs of the config's result file with other seeds than these (--add), a result
+    from before --seeds being its one run."""
+    path = RESULTS / f"multi30k-{name}.json"
+    if not path.exists():
+        return []
+    result = json.loads(path.read_text())
+    return [r for r in result.get("seeds", [result]) if r.get("seed") not in seeds]
 
 
 TARGETS = {"transformer": 40.0, "rnn-bahdanau": 26.0}  # issue 30 (37 in issue 16); issue 3
@@ -156,8 +193,10 @@ def report() -> str:
         )
     lines += [
         "Each config in `configs/multi30k/` trained for a fixed wall-clock budget (validation "
-        "included), best checkpoint by validation BLEU, scored on `test2016` (1,000 sentences) "
-        "with beam search, detokenized, case-sensitive sacreBLEU.",
+        "included), or for as many steps as an idle run of it fitted in that budget (runs "
+        "sharing the cores, with `--steps`), best checkpoint by validation BLEU, scored on "
+        "`test2016` (1,000 sentences) with beam search, detokenized, case-sensitive sacreBLEU. "
+        "Several seeds: the table gives the median run, the list below it every run.",
         "",
         "| config | budget | steps | epochs | target tok/s | BLEU | chrF | TER | target | date |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
@@ -168,7 +207,7 @@ def report() -> str:
             "-" if target is None else f">= {target}: {'met' if r['bleu'] >= target else 'NOT met'}"
         )
         lines.append(
-            f"| {r['config']} | {r['budget_seconds'] / 60:.0f} min | {r['steps']} | {r['epochs']} "
+            f"| {r['config']} | {budget_of(r).label()} | {r['steps']} | {r['epochs']} "
             f"| {r['target_tokens_per_second']} | {r['bleu']} | {r['chrf']} | {r['ter']} "
             f"| {verdict} | {r['date']} |"
         )
@@ -208,14 +247,20 @@ def seed_lines(results: list[dict]) -> list[str]:
     """Every run of the configs trained with several seeds (the table gives the median's)."""
     lines = []
     for r in (r for r in results if len(r.get("seeds", [])) > 1):
-        runs = "; ".join(
-            f"seed {s['seed']}: {s['bleu']} ({s['steps']:,} steps, "
-            f"{s['train_wall_seconds'] / 60:.0f} min; tokenized {s['tokenized_bleu']['cased']:.2f}"
-            f" cased, {s['tokenized_bleu']['lowercased']:.2f} lowercased)"
-            for s in r["seeds"]
-        )
+        runs = "; ".join(f"seed {_seed(s)}: {s['bleu']} ({_run_note(s)})" for s in r["seeds"])
         lines.append(f"- {r['config']}, median of {len(r['seeds'])} seeds: {runs}")
     return ["", *lines] if lines else []
+
+
+def _seed(run: dict) -> str:
+    return "of the config" if run.get("seed") is None else str(run["seed"])
+
+
+def _run_note(run: dict) -> str:
+    note = f"{run['steps']:,} steps, {run['train_wall_seconds'] / 60:.0f} min"
+    if (tokenized := run.get("tokenized_bleu")) is not None:
+        note += f"; tokenized {tokenized['cased']:.2f} cased, {tokenized['lowercased']:.2f} lc"
+    return note
 
 
 def plot_buckets(path: Path = ROOT / "docs" / "img" / "bottleneck.png") -> Path | None:
@@ -259,6 +304,8 @@ def main() -> None:
     )
     parser.add_argument("--configs", nargs="+", default=["transformer", "rnn-bahdanau", "rnn-none"])
     parser.add_argument("--budget", type=float, default=1800.0, help="training seconds per config")
+    parser.add_argument("--steps", type=int, help="train this many steps, with no time limit")
+    parser.add_argument("--add", action="store_true", help="keep the result's other seeds")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument(
         "--seeds", nargs="+", type=int, default=[None], help="train once per seed [the config's]"
@@ -271,8 +318,9 @@ def main() -> None:
             sys.exit(f"Multi30k not found at {CORPUS} (see ../shared/corpora/README.md)")
         RESULTS.mkdir(parents=True, exist_ok=True)
         for name in args.configs:
-            runs = [run_config(name, args.budget, args.beam, args.run_root, s) for s in args.seeds]
-            result = with_seeds(runs)
+            budget = Budget(args.budget, args.steps)
+            runs = [run_config(name, budget, args.beam, args.run_root, s) for s in args.seeds]
+            result = with_seeds(runs + (earlier_runs(name, args.seeds) if args.add else []))
             (RESULTS / f"multi30k-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps({k: result[k] for k in ("config", "steps", "bleu", "signature")}))
             write_report()
