@@ -14,7 +14,7 @@ from heedful.config import DecoderConfig, ModelConfig, ViTEncoderConfig
 from heedful.layers.attention import MultiHeadAttention
 from heedful.layers.stacked import stacked_weights
 from heedful.models.build import build_model
-from heedful.models.transformer import KVCache, TransformerState
+from heedful.models.transformer_state import KVCache, TransformerState
 from heedful.search.beam import beam_search
 from heedful.search.decoding import greedy_search
 

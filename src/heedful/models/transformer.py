@@ -1,5 +1,6 @@
 """The Transformer of Vaswani et al. 2017: its encoder of tokens and its decoder, with an
-incremental (cached) decoder; `transformer()` makes the pair, `EncoderDecoder` joins them.
+incremental (cached) decoder, whose state between steps is models/transformer_state.py's;
+`transformer()` makes the pair, `EncoderDecoder` joins them.
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, L layers, V vocabulary,
 H_kv key/value heads (H unless grouped-query attention: num_kv_heads).
@@ -17,67 +18,7 @@ from torch import nn
 from heedful.layers.attention import MultiHeadAttention, causal_mask, padding_mask
 from heedful.layers.positional import POSITIONAL_ENCODINGS
 from heedful.models.base import AttentionMaps, Memory, Seq2SeqOutput, StepAttention
-
-KV = tuple[torch.Tensor, torch.Tensor]  # projected keys and values, (B, H_kv, len, D/H) each
-
-
-class KVCache(tuple):
-    """A decoder layer's self-attention keys and values of the positions so far: the pair
-    (k, v), (B, H_kv, t, D/H) each, as views into buffers (B, H_kv, capacity, D/H) with room
-    for more (H_kv = H unless grouped-query: the cache is what GQA makes smaller).
-
-    A decoding step writes its one new position in place, where torch.cat would copy the whole
-    past every step, and beam search's reordering gathers only the filled positions, with
-    index_select (in beam 5 on Multi30k, cat and the gathers by advanced indexing were
-    17% of the search's time under torch.profiler).
-    Caches made one from another share buffers; `filled` (shared) says how many positions
-    hold values, so appending to a cache that is not the newest (two steps from one state)
-    copies first, and every cache keeps the values it was made with.
-    """
-
-    def __new__(cls, k_buf: torch.Tensor, v_buf: torch.Tensor, length: int, filled: list[int]):
-        cache = super().__new__(cls, (k_buf[:, :, :length], v_buf[:, :, :length]))
-        cache.buffers, cache.length, cache.filled = (k_buf, v_buf), length, filled
-        return cache
-
-    def __getnewargs__(self):  # copy and pickle build it as __new__ does
-        return (*self.buffers, self.length, self.filled)
-
-    @classmethod
-    def of(cls, kv: KV | None) -> KVCache | None:
-        """A cache of the pair kv (a copy), kv itself if it is one; None stays None."""
-        if kv is None or isinstance(kv, KVCache):
-            return kv
-        return cls._grown(kv, kv[0].size(2), kv[0].size(2))
-
-    @classmethod
-    def _grown(cls, kv: KV, length: int, need: int) -> KVCache:
-        """A copy of kv's first `length` positions in new buffers with room for `need`."""
-        b, h, _, d = kv[0].shape
-        capacity = max(16, need, 2 * length)  # doubling: the copies cost O(1) per step
-        bufs = [kv[0].new_empty(b, h, capacity, d) for _ in range(2)]
-        for buf, x in zip(bufs, kv):
-            buf[:, :, :length] = x[:, :, :length]
-        return cls(*bufs, length, [length])
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> KVCache:
-        """The cache with positions k, v (B, H_kv, n, D/H) added after its own."""
-        t, n = self.length, k.size(2)
-        cache = self
-        if self.filled[0] != t or t + n > self.buffers[0].size(2):
-            cache = KVCache._grown(self.buffers, t, t + n)
-        for buf, x in zip(cache.buffers, (k, v)):
-            buf[:, :, t : t + n] = x
-        cache.filled[0] = t + n
-        return KVCache(*cache.buffers, t + n, cache.filled)
-
-    def index_select(self, index: torch.Tensor) -> KVCache:
-        """Rows `index` of the filled positions, gathered into new buffers of the same size."""
-        t = self.length
-        bufs = [buf.new_empty(len(index), *buf.shape[1:]) for buf in self.buffers]
-        for new, old in zip(bufs, self.buffers):
-            torch.index_select(old[:, :, :t], 0, index, out=new[:, :, :t])
-        return KVCache(*bufs, t, [t])
+from heedful.models.transformer_state import KV, KVCache, TransformerState
 
 
 class FeedForward(nn.Module):
@@ -222,54 +163,6 @@ class Embedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return self.dropout(self.positions(self.tokens(tokens) * self.scale, offset))  # (B, L, D)
-
-
-@dataclass
-class TransformerState:
-    """What the decoder carries from step to step. Decode rows that read one source share its
-    cross-attention keys and values: rows b·beams .. b·beams + beams - 1 read source b, so beam
-    search's K beams of a sentence are K queries against one copy of its keys and values, not K
-    copies (beam 5 on Multi30k test2016, batch 64: 13 MB of cross-attention keys and values
-    instead of 64 MB, and no copying them when a sentence leaves)."""
-
-    cross_kv: list[KV]  # per layer, (B_src, H_kv, S, D/H), computed once per source
-    self_kv: list[KV | None]  # per layer, grows by one position each step (KVCache in search)
-    position: int = 0
-    src_mask: torch.Tensor | None = None  # (B_src, 1, S) the sources' real tokens
-    beams: int = 1  # consecutive decode rows per source
-
-    def index_select(self, index: torch.Tensor, same_sources: bool = False) -> TransformerState:
-        """Rows `index` of the state. same_sources: each new row reads the same source sentence
-        as the old row at its place (beam search reordering beams within their sentence), so
-        the cross-attention keys and values, a function of the source alone, stay as they are
-        (in int8 beam search on Multi30k the copies of all caches were 35% of the time; leaving
-        these out brought them to 18%). index_select, not kv[index]: advanced indexing was 3-4x
-        slower for these (B, H, len, D/H) gathers."""
-
-        def pick(kv, rows=index):
-            if kv is None or isinstance(kv, KVCache):
-                return None if kv is None else kv.index_select(rows)
-            return kv[0].index_select(0, rows), kv[1].index_select(0, rows)
-
-        past = [pick(kv) for kv in self.self_kv]
-        if same_sources:
-            return TransformerState(self.cross_kv, past, self.position, self.src_mask, self.beams)
-        sources, beams = self._sources(index)
-        cross = [pick(kv, sources) for kv in self.cross_kv]
-        mask = None if self.src_mask is None else self.src_mask.index_select(0, sources)
-        return TransformerState(cross, past, self.position, mask, beams)
-
-    def _sources(self, index: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """The sources the new rows read, and how many consecutive rows read each: one row per
-        source unless the rows come in equal runs of one source (search tiling a sentence into
-        its beams, or dropping whole sentences), which then share it."""
-        sources = torch.div(index, self.beams, rounding_mode="floor")  # (R',) each row's source
-        if sources.numel() == 0:
-            return sources, 1
-        firsts, runs = sources.unique_consecutive(return_counts=True)
-        if bool((runs == runs[0]).all()):
-            return firsts, int(runs[0])
-        return sources, 1
 
 
 def run_encoder_layers(layers, x: torch.Tensor, mask: torch.Tensor, need_weights: bool):
