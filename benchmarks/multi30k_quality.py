@@ -3,7 +3,7 @@ then scored on test2016 with beam search (detokenized, case-sensitive sacreBLEU)
 
     python benchmarks/multi30k_quality.py                       # all configs, 30 min each
     python benchmarks/multi30k_quality.py --configs transformer --budget 600
-    python benchmarks/multi30k_quality.py --configs transformer --seeds 2 3 --steps 2700 --add
+    python benchmarks/multi30k_quality.py --configs transformer --seeds 2 3 --steps 1930 --add
     python benchmarks/multi30k_quality.py --report               # only rewrite docs/benchmarks.md
 
 Each config's result goes to benchmarks/results/multi30k-<name>.json; the report in

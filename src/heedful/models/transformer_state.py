@@ -76,8 +76,8 @@ class TransformerState:
     """What the decoder carries from step to step. Decode rows that read one source share its
     cross-attention keys and values: rows b·beams .. b·beams + beams - 1 read source b, so beam
     search's K beams of a sentence are K queries against one copy of its keys and values, not K
-    copies (beam 5 on Multi30k test2016, batch 64: 13 MB of cross-attention keys and values
-    instead of 64 MB, and no copying them when a sentence leaves)."""
+    copies, and nothing is copied again when a sentence leaves (beam 5, batch 64, 3 layers,
+    d_model 256, a 34-piece source: 2 · 3 · 320 · 34 · 256 floats, 64 MiB, become 13 MiB)."""
 
     cross_kv: list[KV]  # per layer, (B_src, H_kv, S, D/H), computed once per source
     self_kv: list[KV | None]  # per layer, grows by one position each step (KVCache in search)
