@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from heedful.layers import attention
 from heedful.layers.attention import (
     MultiHeadAttention,
     causal_mask,
@@ -456,6 +457,30 @@ def test_half_precision_masks_do_not_overflow(name, dtype):
         weights, full = flat_weights_and_mask(weights, mask, B, 5, 7)
         assert torch.isfinite(weights).all()
         assert (weights[~full] == 0).all()
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "empty_row"])
+def test_fused_attention_runs_in_float32_on_a_cpu_under_bfloat16_autocast(mask_kind):
+    """Its bfloat16 backward on a CPU is an order of magnitude slower than float32's: the
+    kernel sees float32 copies of the bfloat16 heads, and gradients come back in bfloat16."""
+    torch.manual_seed(0)
+    module = MultiHeadAttention(16, 4)
+    x = torch.randn(B, 7, 16)
+    mask = None if mask_kind == "none" else make_mask(mask_kind, B, 7, 7).unsqueeze(1)  # heads
+    with torch.autocast("cpu", torch.bfloat16):
+        q, k, v = module.project_qkv(x)
+        assert q.dtype == torch.bfloat16
+        heads = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = attention._fused_attention(*heads, mask, 0.0)
+    assert out.dtype == torch.bfloat16
+    reference = attention._fused_attention(*(t.detach().double() for t in heads), mask, 0.0)
+    torch.testing.assert_close(out.double(), reference, rtol=1e-2, atol=1e-2)  # bf16 output
+    floats = [t.detach().float().requires_grad_() for t in heads]
+    attention._fused_attention(*floats, mask, 0.0).sum().backward()
+    out.float().sum().backward()
+    for half, full in zip(heads, floats):
+        assert half.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(half.grad, full.grad.bfloat16(), rtol=0, atol=0)
 
 
 def test_sdpa_returns_weights_before_dropout():

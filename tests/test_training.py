@@ -60,10 +60,11 @@ def test_max_epochs_stops_after_exactly_one_pass():
     assert result.stopped_by == "max_epochs" and result.steps == per_epoch
 
 
-def test_bf16_is_automatic_only_on_a_gpu():
+def test_bf16_is_automatic_only_where_its_products_are_fast():
+    from heedful.cpu import bf16_products_fast
     from heedful.training.loop import use_bf16
 
-    assert use_bf16(None, "cpu") is False
+    assert use_bf16(None, "cpu") is bf16_products_fast()  # a CPU with AMX tiles
     assert use_bf16(True, "cpu") is True and use_bf16(False, "cpu") is False
     if torch.cuda.is_available():
         assert use_bf16(None, "cuda") == torch.cuda.is_bf16_supported()

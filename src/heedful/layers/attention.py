@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from heedful.layers.dropout import dropout
 from heedful.layers.stacked import stacked_weights
 
 # ---------------------------------------------------------------------------------------------
@@ -75,7 +76,7 @@ def attend(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The part all attentions share: weights = softmax(scores), context = weights · V."""
     weights = masked_softmax(scores, mask)  # (..., Lq, Lk)
-    dropped = F.dropout(weights, dropout_p) if dropout_p > 0.0 else weights
+    dropped = dropout(weights, dropout_p) if dropout_p > 0.0 else weights
     return dropped @ values, weights  # (..., Lq, d_v)
 
 
@@ -251,7 +252,16 @@ class MultiHeadAttention(nn.Module):
 
 
 def _fused_attention(q, k, v, mask: torch.Tensor | None, dropout_p: float) -> torch.Tensor:
-    """torch's fused kernel, with our convention that a fully masked query row outputs zeros."""
+    """torch's fused kernel, with our convention that a fully masked query row outputs zeros.
+
+    On a CPU under bfloat16 (or float16) autocast the kernel runs in float32: torch's CPU
+    flash-attention backward is an order of magnitude slower in bfloat16 than in float32
+    (docs/benchmarks.md, "Training in bfloat16 on a CPU"), and it is a small share of the
+    FLOPs, which the products around it keep in bfloat16."""
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", enabled=False):
+            out = _fused_attention(q.float(), k.float(), v.float(), mask, dropout_p)
+        return out.to(q.dtype)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
     any_allowed = mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)

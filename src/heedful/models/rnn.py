@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from heedful.layers.attention import attend, padding_mask
+from heedful.layers.dropout import Dropout
 from heedful.layers.rnn_attention import LuongLocalAttention
 from heedful.layers.scores import RNN_ATTENTIONS, SCORES
 from heedful.models.base import AttentionMaps, Hidden, Memory, Seq2SeqOutput, StepAttention
@@ -62,7 +63,7 @@ class RNNEncoder(nn.Module):
             bidirectional=bidirectional,
             dropout=dropout if num_layers > 1 else 0.0,
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def source_lengths(self, src: torch.Tensor) -> torch.Tensor:
         return (src != self.pad_id).sum(1)  # (B,)
@@ -159,7 +160,7 @@ class AttentionDecoder(nn.Module):
         self.bridge = nn.Linear(hidden_size, hidden_size)  # s_0 = tanh(W_s h_final), Bahdanau A.2.2
         self.attention = attention
         self.combine = nn.Linear(hidden_size * (2 if attention is not None else 1), hidden_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.generator = nn.Linear(hidden_size, vocab_size)
         # See et al. 2017: p_gen from [c_t; h_t; x_t]; it points with the attention
         self.copy_gate = CopyGate(hidden_size, embed_size) if copy else None

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from heedful.layers.attention import MultiHeadAttention, causal_mask, padding_mask
+from heedful.layers.dropout import Dropout
 from heedful.layers.positional import POSITIONAL_ENCODINGS
 from heedful.models.base import AttentionMaps, Memory, Seq2SeqOutput, StepAttention
 from heedful.models.transformer_state import KV, KVCache, TransformerState
@@ -27,7 +28,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+            nn.Linear(d_model, d_ff), nn.ReLU(), Dropout(dropout), nn.Linear(d_ff, d_model)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -45,7 +46,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: torch.Tensor, f: Callable) -> tuple[torch.Tensor, object]:
@@ -159,7 +160,7 @@ class Embedding(nn.Module):
             self.tokens.weight[pad_id].zero_()
         self.positions = POSITIONAL_ENCODINGS[positional](d_model, max_positions)
         self.scale = math.sqrt(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return self.dropout(self.positions(self.tokens(tokens) * self.scale, offset))  # (B, L, D)

@@ -22,6 +22,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from heedful.layers.dropout import Dropout
 from heedful.layers.positional import sinusoidal_encoding
 from heedful.models.base import Memory
 from heedful.models.transformer import EncoderLayer, run_encoder_layers
@@ -175,7 +176,7 @@ class ViTEncoder(nn.Module):
         else:  # computed, not saved: a function of the grid alone
             table = sinusoidal_encoding_2d(side, side, d_model)
             self.register_buffer("positions", table, persistent=False)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.layers = self.stack(
             d_model, num_layers, num_heads, d_ff, dropout, norm_first, attention_dropout
         )
