@@ -18,7 +18,6 @@ from heedful.cpu import (
     FreeCores,
     Int8Fallback,
     Int8Support,
-    bf16_products_fast,
     core_ticks,
     ctranslate2_compute_type,
     default_threads,
@@ -50,28 +49,6 @@ def test_int8_is_fast_only_with_vnni_and_not_hidden(flags, environ, fast, words)
     support = int8_support(flags, environ)
     assert support.fast is fast
     assert words in support.reason
-
-
-AMX = AVX512 | {"avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}
-
-
-@pytest.mark.parametrize(
-    "flags, environ, fast",
-    [
-        (AVX2, {}, False),
-        (AVX512 | {"avx512_bf16"}, {}, False),  # bfloat16 dot products without tiles
-        (AMX, {}, True),
-        (AMX, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),  # how the AVX2 stage caps oneDNN
-        (AMX, {"ONEDNN_MAX_CPU_ISA": "avx512_core_bf16"}, False),
-        (AMX, {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}, False),
-        (AMX, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, True),
-        (AMX, {"ONEDNN_MAX_CPU_ISA": "all"}, True),
-        (AMX, {"ONEDNN_MAX_CPU_ISA": ""}, True),
-        (set(), {}, False),
-    ],
-)
-def test_bf16_products_are_fast_only_with_amx_and_not_capped(flags, environ, fast):
-    assert bf16_products_fast(flags, environ) is fast
 
 
 def test_ctranslate2_compute_types_by_cpu():

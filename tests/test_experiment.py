@@ -35,7 +35,6 @@ train:
   log_every: 2
   lr: 0.003
   warmup_steps: 5
-  bf16: false  # float32 on every machine (a CPU with AMX would default to bfloat16)
 """
 
 # each family's own keys: a key the other family reads is an error (ModelConfig.check_given)

@@ -52,13 +52,10 @@ def _config(data, arch: str = "rnn", *overrides: str):
         f"""data: {{images: {folder / "images"}, captions: {captions}, valid_captions: {valid},
         tokenizer: char}}
 model: {MODEL[arch]}
-train: {{batch_tokens: 288, eval_every: 2, log_every: 1, max_steps: {STEPS}, warmup_steps: 2,
-  bf16: false}}
+train: {{batch_tokens: 288, eval_every: 2, log_every: 1, max_steps: {STEPS}, warmup_steps: 2}}
 generation: {{num_beams: 1, max_len_ratio: 0.0, max_len_offset: 20}}
 """
     )
-    # float32 (bf16: false) on every machine: a CPU with AMX would default to bfloat16, whose
-    # rounding differs between the cached features and the trunk run again
     return load_config(folder / f"{arch}.yaml", list(overrides))
 
 

@@ -60,14 +60,30 @@ def test_max_epochs_stops_after_exactly_one_pass():
     assert result.stopped_by == "max_epochs" and result.steps == per_epoch
 
 
-def test_bf16_is_automatic_only_where_its_products_are_fast():
-    from heedful.cpu import bf16_products_fast
+def test_bf16_is_automatic_only_on_a_gpu():
     from heedful.training.loop import use_bf16
 
-    assert use_bf16(None, "cpu") is bf16_products_fast()  # a CPU with AMX tiles
+    assert use_bf16(None, "cpu") is False
     assert use_bf16(True, "cpu") is True and use_bf16(False, "cpu") is False
     if torch.cuda.is_available():
         assert use_bf16(None, "cuda") == torch.cuda.is_bf16_supported()
+
+
+@pytest.mark.parametrize(("setting", "line"), [(None, "default on this GPU"), (True, "train.bf16")])
+def test_a_run_in_bfloat16_says_so_and_why(monkeypatch, setting, line):
+    import heedful.training.loop as loop
+
+    real = loop.use_bf16  # the default as on a GPU with bfloat16, the run on the CPU
+    monkeypatch.setattr(loop, "use_bf16", lambda s, device: True if s is None else real(s, device))
+    lines: list[str] = []
+    config = TrainConfig(batch_tokens=60, max_steps=2, eval_every=2, bf16=setting)
+    train(build_model(MODEL, 12, 12), data(), config, progress=False, echo=lines.append)
+    said = [text for text in lines if text.startswith("precision:")]
+    assert len(said) == 1 and "bfloat16 autocast" in said[0] and line in said[0]
+    lines.clear()
+    config = replace(config, bf16=False)
+    train(build_model(MODEL, 12, 12), data(), config, progress=False, echo=lines.append)
+    assert not any(text.startswith("precision:") for text in lines)
 
 
 @pytest.mark.parametrize(

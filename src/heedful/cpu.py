@@ -22,11 +22,6 @@ Three facts about the machines we run on decide things that no config can know i
   lost 19 BLEU on a small model and ran slower than float32 on a real one (issue 9, an AVX2
   EPYC). torch's dynamic quantization (fbgemm) quantizes activations to 7 bits on every CPU
   ("reduce_range") precisely so those sums cannot saturate, so it is safe everywhere.
-- **bfloat16.** With AMX (Intel Sapphire Rapids and later) oneDNN multiplies bfloat16 matrices
-  on tiles, 5-8x its float32 rate on our Xeon, and a Transformer's training step ran 1.4x
-  faster under bfloat16 autocast; without AMX bfloat16 products are converted to float32 on the
-  way and gain little or lose. So training uses bfloat16 by default only where AMX is
-  (`bf16_products_fast`; docs/benchmarks.md, "Training in bfloat16 on a CPU").
 - **Memory.** torch's CPU tensors come from glibc's malloc, whose defaults give a training
   step's large tensors back to the kernel and take fresh pages for the next step;
   `reuse_freed_memory` keeps them (below).
@@ -288,20 +283,6 @@ def ctranslate2_compute_type(quantize: str | None, support: Int8Support | None =
         stacklevel=2,
     )
     return "float32"
-
-
-def bf16_products_fast(flags: set[str] | None = None, environ=None) -> bool:
-    """Whether oneDNN multiplies bfloat16 matrices on AMX tiles here: the CPU has them and no
-    ONEDNN_MAX_CPU_ISA (or its older name DNNL_MAX_CPU_ISA) caps oneDNN below AMX."""
-    flags = cpu_flags() if flags is None else flags
-    environ = os.environ if environ is None else environ
-    if "amx_bf16" not in flags:
-        return False
-    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
-        value = environ.get(name, "").strip().upper()
-        if value and value not in ("ALL", "DEFAULT") and "AMX" not in value:
-            return False
-    return True
 
 
 class Int8Fallback(UserWarning):

@@ -148,8 +148,7 @@ class TrainConfig:
     max_epochs: int | None = None
     max_time: float | None = None  # wall-clock seconds, validations included; then a final one
     accumulate: int = 1  # batches per optimizer step (gradient accumulation)
-    # bfloat16 autocast for the forward pass; None: on where its products are fast (a GPU with
-    # bfloat16, a CPU with AMX)
+    # bfloat16 autocast for the forward pass; None: on when training on a GPU that has it
     bf16: bool | None = None
     lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
     warmup_steps: int = 200

@@ -75,7 +75,6 @@ CAPTION_TRAIN = TrainConfig(
     batch_tokens=36 * 64,  # 64 scenes of 6 × 6 regions
     max_steps=20_000,
     max_time=None,
-    bf16=False,  # the budgets were measured in float32, on every CPU alike (not AMX's bfloat16)
     lr=2e-3,
     warmup_steps=100,
     label_smoothing=0.1,

@@ -101,7 +101,6 @@ DEMO_TRAIN = TrainConfig(
     clip_norm=1.0,
     eval_every=200,
     snapshot_sentences=2,  # the heatmap's sentence and a development one, over training
-    bf16=False,  # the budgets were measured in float32, on every CPU alike (not AMX's bfloat16)
 )
 
 

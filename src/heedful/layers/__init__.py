@@ -1,2 +1,3 @@
 """The parts the models are built from: attention (masks, scaled dot-product, multi-head, the
-RNN decoder's scores and their table), positional encodings, and stacked projections."""
+RNN decoder's scores and their table), positional encodings, stacked projections, and
+dropout."""

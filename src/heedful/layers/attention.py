@@ -256,7 +256,7 @@ def _fused_attention(q, k, v, mask: torch.Tensor | None, dropout_p: float) -> to
 
     On a CPU under bfloat16 (or float16) autocast the kernel runs in float32: torch's CPU
     flash-attention backward is an order of magnitude slower in bfloat16 than in float32
-    (docs/benchmarks.md, "Training in bfloat16 on a CPU"), and it is a small share of the
+    (docs/benchmarks.md, "bfloat16 on a CPU"), and it is a small share of the
     FLOPs, which the products around it keep in bfloat16."""
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         with torch.autocast("cpu", enabled=False):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from heedful.config import TrainConfig
-from heedful.cpu import FreeCores, bf16_products_fast
+from heedful.cpu import FreeCores
 from heedful.data.batching import Pairs
 from heedful.data.stream import BatchStream, Shard
 from heedful.data.tokenizers import PAD_ID
@@ -51,15 +51,16 @@ class TrainResult:
 
 
 def use_bf16(setting: bool | None, device: str | torch.device) -> bool:
-    """train.bf16 as given, or (None) on where bfloat16 products are fast: a CUDA GPU with
-    bfloat16 support, or a CPU with AMX tiles (heedful.cpu.bf16_products_fast). There it
-    roughly halves the time of the products; elsewhere on a CPU it gains little or loses."""
+    """train.bf16 as given, or (None) on for a CUDA GPU with bfloat16 support: there it
+    roughly halves the time and memory of the matmuls at no cost in accuracy that matters.
+    Not on a CPU by default, even one with AMX tiles, whose bfloat16 products run 5-8x float32's:
+    oneDNN builds and caches a kernel for every matrix shape, and length-bucketed batches bring
+    a new shape with most batches (memory grew by 4.5 GB in 15 minutes; docs/benchmarks.md,
+    "bfloat16 on a CPU")."""
     if setting is not None:
         return setting
     device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and bf16_products_fast()
+    return device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
 def sequence_loss(
@@ -106,7 +107,7 @@ def train(
     p = state.progress
     stream = _batches(pairs, config, p, dist)
     net = nn.parallel.DistributedDataParallel(model) if dist.world_size > 1 else model
-    autocast = _autocast(config, device)
+    autocast = _autocast(config, device, echo if dist.is_main else None)
     shown = Progress(config.max_steps, p.step, progress and dist.is_main, as_run_log(echo))
     history, clock = [], _clock(p.seconds, dist, device)
     cores = FreeCores.follow(config.threads) if dist.world_size == 1 else None  # cpu.py
@@ -200,10 +201,17 @@ def _clock(start_seconds: float, dist: Distributed, device) -> Callable[[], floa
     return lambda: dist.latest(start_seconds + time.perf_counter() - session_start, device)
 
 
-def _autocast(config: TrainConfig, device: str | torch.device):
-    if use_bf16(config.bf16, device):
-        return torch.autocast(torch.device(device).type, torch.bfloat16)
-    return nullcontext()
+def _autocast(config: TrainConfig, device: str | torch.device, echo=None):
+    """bfloat16 autocast where train.bf16 (or its default) asks for it, with a line saying so:
+    a CPU with AMX trains in bfloat16 unasked, and its numbers differ from float32's."""
+    if not use_bf16(config.bf16, device):
+        return nullcontext()
+    if echo is not None:
+        why = (
+            "train.bf16" if config.bf16 else "the default on this GPU; train.bf16=false for float32"
+        )
+        echo(f"precision: bfloat16 autocast ({why})")
+    return torch.autocast(torch.device(device).type, torch.bfloat16)
 
 
 def _optimizer_step(
