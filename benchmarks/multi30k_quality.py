@@ -4,6 +4,7 @@ then scored on test2016 with beam search (detokenized, case-sensitive sacreBLEU)
     python benchmarks/multi30k_quality.py                       # all configs, 30 min each
     python benchmarks/multi30k_quality.py --configs transformer --budget 600
     python benchmarks/multi30k_quality.py --configs transformer --seeds 2 3 --steps 1930 --add
+    python benchmarks/multi30k_quality.py --configs transformer --set train.bf16=false
     python benchmarks/multi30k_quality.py --report               # only rewrite docs/benchmarks.md
 
 Each config's result goes to benchmarks/results/multi30k-<name>.json; the report in
@@ -35,9 +36,11 @@ REPORT = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- multi30k-quality:begin -->", "<!-- multi30k-quality:end -->"
 
 
-def run_config(name: str, budget: Budget, beam: int, run_root: Path, seed: int | None) -> dict:
-    """Train config `name` (with `seed`, else the config's) within `budget` into
-    run_root/name[-seed<N>], then score it."""
+def run_config(
+    name: str, budget: Budget, beam: int, run_root: Path, seed: int | None, sets: list[str]
+) -> dict:
+    """Train config `name` (with `seed`, else the config's; `sets`: more --set KEY=VALUE)
+    within `budget` into run_root/name[-seed<N>], then score it."""
     config = ROOT / "configs" / "multi30k" / f"{name}.yaml"
     run_dir = run_root / (name if seed is None else f"{name}-seed{seed}")
     command = [
@@ -52,6 +55,7 @@ def run_config(name: str, budget: Budget, beam: int, run_root: Path, seed: int |
         "--no-progress",
         *budget.overrides(),
         *([] if seed is None else ["--set", f"train.seed={seed}"]),
+        *(word for setting in sets for word in ("--set", setting)),
     ]
     start = time.perf_counter()
     with LoadSampler() as load:
@@ -85,6 +89,7 @@ def run_config(name: str, budget: Budget, beam: int, run_root: Path, seed: int |
         "target_tokens_per_second": round(train_records[-1]["tokens_per_s"])
         if train_records
         else 0,
+        "precision": precision(run_dir),
         "best_checkpoint": (run_dir / "best").resolve().name,
         "beam": beam,
         "bleu": round(scores.bleu, 2),
@@ -102,6 +107,12 @@ def run_config(name: str, budget: Budget, beam: int, run_root: Path, seed: int |
             for b in bleu_by_length(sources, outputs, references)
         ],
     }
+
+
+def precision(run_dir: Path) -> str:
+    """What the run trained in, as its log says: a CPU with AMX defaults to bfloat16."""
+    log = (run_dir / "train.log").read_text(encoding="utf-8")
+    return "bfloat16 autocast" if "precision: bfloat16 autocast" in log else "float32"
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,13 @@ def earlier_runs(name: str, seeds: list[int | None]) -> list[dict]:
         return []
     result = json.loads(path.read_text())
     return [r for r in result.get("seeds", [result]) if r.get("seed") not in seeds]
+
+
+def same_precision(runs: list[dict], earlier: list[dict]) -> list[dict]:
+    """The earlier runs that trained in the new runs' precision (float32 before it was
+    recorded): a median over seeds compares one recipe."""
+    wanted = {r["precision"] for r in runs}
+    return [r for r in earlier if r.get("precision", "float32") in wanted]
 
 
 TARGETS = {"transformer": 40.0, "rnn-bahdanau": 26.0}  # issue 30 (37 in issue 16); issue 3
@@ -206,8 +224,9 @@ def report() -> str:
         verdict = (
             "-" if target is None else f">= {target}: {'met' if r['bleu'] >= target else 'NOT met'}"
         )
+        bf16 = " (bfloat16)" if r.get("precision") == "bfloat16 autocast" else ""
         lines.append(
-            f"| {r['config']} | {budget_of(r).label()} | {r['steps']} | {r['epochs']} "
+            f"| {r['config']}{bf16} | {budget_of(r).label()} | {r['steps']} | {r['epochs']} "
             f"| {r['target_tokens_per_second']} | {r['bleu']} | {r['chrf']} | {r['ter']} "
             f"| {verdict} | {r['date']} |"
         )
@@ -258,6 +277,7 @@ def _seed(run: dict) -> str:
 
 def _run_note(run: dict) -> str:
     note = f"{run['steps']:,} steps, {run['train_wall_seconds'] / 60:.0f} min"
+    note += f", {run.get('precision', 'float32')}"
     if (tokenized := run.get("tokenized_bleu")) is not None:
         note += f"; tokenized {tokenized['cased']:.2f} cased, {tokenized['lowercased']:.2f} lc"
     return note
@@ -311,6 +331,9 @@ def main() -> None:
         "--seeds", nargs="+", type=int, default=[None], help="train once per seed [the config's]"
     )
     parser.add_argument("--run-root", type=Path, default=ROOT / "runs" / "bench")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override"
+    )
     parser.add_argument("--report", action="store_true", help="only rebuild docs/benchmarks.md")
     args = parser.parse_args()
     if not args.report:
@@ -319,8 +342,11 @@ def main() -> None:
         RESULTS.mkdir(parents=True, exist_ok=True)
         for name in args.configs:
             budget = Budget(args.budget, args.steps)
-            runs = [run_config(name, budget, args.beam, args.run_root, s) for s in args.seeds]
-            result = with_seeds(runs + (earlier_runs(name, args.seeds) if args.add else []))
+            runs = [
+                run_config(name, budget, args.beam, args.run_root, s, args.set) for s in args.seeds
+            ]
+            earlier = same_precision(runs, earlier_runs(name, args.seeds)) if args.add else []
+            result = with_seeds(runs + earlier)
             (RESULTS / f"multi30k-{name}.json").write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps({k: result[k] for k in ("config", "steps", "bleu", "signature")}))
             write_report()

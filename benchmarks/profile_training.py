@@ -30,6 +30,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from decode_speed import shared  # benchmarks/decode_speed.py
@@ -49,15 +50,16 @@ LABELS = ("collate", "forward", "loss", "backward", "clip", "optimizer")
 class Trainer:
     """One model and its optimizer, stepping as heedful.training.loop does (without its logging)."""
 
-    def __init__(self, model, tensors, optimizer_options: dict | None = None):
+    def __init__(self, model, tensors, optimizer_options: dict | None = None, bf16=False):
         """optimizer_options: None for heedful's own optimizer (make_optimizer), else Adam's
-        options for a variant."""
+        options for a variant; bf16: forward and loss under bfloat16 autocast."""
         import torch
 
         from heedful.config import TrainConfig
         from heedful.training.state import make_optimizer, parameter_groups
 
         self.model, self.tensors, self.config = model, tensors, TrainConfig()
+        self.bf16 = bf16
         self.optimizer = make_optimizer(model, self.config)
         if optimizer_options is not None:
             groups = parameter_groups(model, self.config.weight_decay)
@@ -65,6 +67,7 @@ class Trainer:
             self.optimizer = torch.optim.Adam(groups, lr=c.lr, betas=c.betas, **optimizer_options)
 
     def step(self, batch) -> int:
+        import torch
         from torch import nn
         from torch.profiler import record_function
 
@@ -74,10 +77,11 @@ class Trainer:
             src, tgt_in, tgt_out = self.tensors(batch)
             tokens = int((tgt_out != 0).sum())
         self.optimizer.zero_grad(set_to_none=True)
-        with record_function("forward"):
-            logits = self.model(src, tgt_in).logits
-        with record_function("loss"):
-            loss = sequence_loss(logits, tgt_out, self.config.label_smoothing, "sum")
+        with torch.autocast("cpu", torch.bfloat16, enabled=self.bf16):
+            with record_function("forward"):
+                logits = self.model(src, tgt_in).logits
+            with record_function("loss"):
+                loss = sequence_loss(logits, tgt_out, self.config.label_smoothing, "sum")
         with record_function("backward"):
             (loss / tokens).backward()
         with record_function("clip"):
@@ -183,30 +187,77 @@ def separate_qkv_in_training(on: bool) -> None:
     MultiHeadAttention.project_qkv = project_qkv if on else original
 
 
-VARIANTS = {  # name -> (Adam's options, separate Q, K, V products in training)
-    "Adam, for-loop (heedful before)": ({"foreach": False}, True),
-    "Adam foreach=True": ({"foreach": True}, True),
-    "Adam fused=True": ({"fused": True}, True),
-    "Adam fused=True + one QKV product in training (heedful now)": ({"fused": True}, False),
+def torch_dropout(on: bool) -> None:
+    """A variant: torch's dropout (a bernoulli_ mask) in place of layers/dropout.py's."""
+    import torch.nn.functional as F
+
+    from heedful.layers import dropout as module
+
+    ours = module.__dict__.setdefault("_ours", module.dropout)
+    module.dropout = (lambda x, p: F.dropout(x, p, training=True)) if on else ours
+
+
+def bf16_attention_kernel(on: bool) -> None:
+    """A variant: torch's fused attention kernel on the bfloat16 heads that autocast gives it,
+    where heedful runs it in float32 on a CPU (training masks have no empty rows)."""
+    import torch.nn.functional as F
+
+    from heedful.layers import attention as module
+
+    ours = module.__dict__.setdefault("_ours", module._fused_attention)
+    torchs = lambda q, k, v, mask, p: F.scaled_dot_product_attention(  # noqa: E731
+        q, k, v, attn_mask=mask, dropout_p=p
+    )
+    module._fused_attention = torchs if on else ours
+
+
+@dataclass(frozen=True)
+class Variant:
+    adam: dict  # Adam's options
+    separate_qkv: bool = False  # Q, K, V from three products in training
+    torch_dropout: bool = False  # torch's bernoulli_ dropout
+    bf16: bool = False  # bfloat16 autocast over the forward pass and the loss
+    bf16_attention: bool = False  # with it, the attention kernel in bfloat16 too
+
+
+_BEFORE = {"separate_qkv": True, "torch_dropout": True}
+VARIANTS = {  # the first is the baseline of the ratios
+    "Adam, for-loop (heedful before)": Variant({"foreach": False}, **_BEFORE),
+    "Adam foreach=True": Variant({"foreach": True}, **_BEFORE),
+    "Adam fused=True": Variant({"fused": True}, **_BEFORE),
+    "Adam fused=True + one QKV product in training": Variant({"fused": True}, torch_dropout=True),
+    "+ heedful's dropout, 16-bit masks (heedful now, float32)": Variant({"fused": True}),
+    "+ bfloat16 autocast, attention kernel in bfloat16": Variant(
+        {"fused": True}, bf16=True, bf16_attention=True
+    ),
+    "+ bfloat16 autocast, attention kernel in float32 (heedful with train.bf16: true)": Variant(
+        {"fused": True}, bf16=True
+    ),
 }
 
 
+def use(variant: Variant) -> None:
+    separate_qkv_in_training(variant.separate_qkv)
+    torch_dropout(variant.torch_dropout)
+    bf16_attention_kernel(variant.bf16_attention)
+
+
 def variants(model, batches, tensors, rounds: int, steps: int) -> dict:
-    trainers = {name: Trainer(copy.deepcopy(model), tensors, opts)
-                for name, (opts, _) in VARIANTS.items()}  # fmt: skip
+    trainers = {name: Trainer(copy.deepcopy(model), tensors, v.adam, v.bf16)
+                for name, v in VARIANTS.items()}  # fmt: skip
     rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for r in range(rounds):
         names = list(VARIANTS)
         names = names[r % len(names) :] + names[: r % len(names)]
         chunk = [batches[(r * steps + i) % len(batches)] for i in range(steps)]
         for name in names:
-            separate_qkv_in_training(VARIANTS[name][1])
+            use(VARIANTS[name])
             trainers[name].step(chunk[0])  # one step unmeasured: the caches of this variant
             start = time.perf_counter()
             tokens = sum(trainers[name].step(batch) for batch in chunk[1:])
             rates[name].append(tokens / (time.perf_counter() - start))
             print(f"round {r + 1} {name}: {rates[name][-1]:.0f} tok/s", flush=True)
-    separate_qkv_in_training(False)
+    use(VARIANTS["+ heedful's dropout, 16-bit masks (heedful now, float32)"])
     base = rates[next(iter(VARIANTS))]
     return {
         name: {
@@ -227,6 +278,7 @@ def run(args) -> dict:
     load = os.getloadavg()[0]
     torch.set_num_threads(THREADS)
     matmul = matmul_gflops()
+    matmul_bf16 = matmul_gflops(torch.bfloat16)
     model, batches, tensors = multi30k_transformer(CORPUS)
     prof = profile(
         Trainer(copy.deepcopy(model), tensors), batches[: 3 + args.profile_steps], tensors
@@ -238,6 +290,7 @@ def run(args) -> dict:
         "load": [load, os.getloadavg()[0]],
         "command": " ".join(["python", "benchmarks/profile_training.py", *sys.argv[1:]]),
         "matmul": matmul,
+        "matmul_bf16": matmul_bf16,
         "profile": prof,
         "variants": variants(model, rest, tensors, args.rounds, args.steps_per_round),
         "rounds": args.rounds,
@@ -284,8 +337,23 @@ def report(result: dict) -> str:
     ]
     for name, v in result["variants"].items():
         lines.append(f"| {name} | {v['tokens_per_s']:.0f} | {v['vs_baseline']:.2f}x |")
+    lines += ["", *_bf16_lines(result)] if "matmul_bf16" in result else []
     lines.append(END)
     return "\n".join(lines)
+
+
+def _bf16_lines(result: dict) -> list[str]:
+    """The bfloat16 variant's model FLOP/s against both limits: the float32 one, and bfloat16's
+    (AMX tiles where the CPU has them)."""
+    p, v = result["profile"], result["variants"][list(VARIANTS)[-1]]
+    gflops = v["tokens_per_s"] * p["flops"] / p["tokens"] / 1e9
+    limit32, limit16 = result["matmul"]["limit"], result["matmul_bf16"]["limit"]
+    return [
+        f"Under bfloat16 autocast (the last row) the model FLOPs run at {gflops:.0f} GFLOP/s: "
+        f"{100 * gflops / limit32:.0f}% of the float32 limit and {100 * gflops / limit16:.0f}% "
+        f"of bfloat16's ({limit16:.0f} GFLOP/s, the same shapes in bfloat16, measured in the "
+        "same run)."
+    ]
 
 
 def main() -> None:

@@ -534,11 +534,13 @@ def load_runtime(model_dir: Path, runtime: str):
 # ---- the machine's limit and the model's FLOPs ------------------------------------------------
 
 
-def matmul_gflops() -> dict:
-    """float32 matrix-multiply rate on THREADS threads: a large square product and the shapes a
-    training step of this model multiplies (3,000 rows by 256 → 1,024, 1,024 → 256, 256 → 8,000).
-    The best of them is the limit the rates below are compared with."""
+def matmul_gflops(dtype=None) -> dict:
+    """float32 (or `dtype`) matrix-multiply rate on THREADS threads: a large square product and
+    the shapes a training step of this model multiplies (3,000 rows by 256 → 1,024, 1,024 →
+    256, 256 → 8,000). The best of them is the limit the rates below are compared with."""
     import torch
+
+    dtype = torch.float32 if dtype is None else dtype
 
     torch.set_num_threads(THREADS)
     shapes = {
@@ -549,7 +551,7 @@ def matmul_gflops() -> dict:
     }
     rates = {}
     for name, (m, k, n) in shapes.items():
-        a, b = torch.randn(m, k), torch.randn(k, n)
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
         for _ in range(3):
             a @ b
         runs, start = 0, time.perf_counter()

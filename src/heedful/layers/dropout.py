@@ -1,9 +1,10 @@
 """Dropout (Srivastava et al. 2014) with a cheaper mask on a CPU.
 
 torch's CPU dropout draws its mask with `bernoulli_`, one generator call per element, and took
-17% of a Transformer training step on 2 cores (docs/benchmarks.md, "Where a training step's time
-goes"). Here one 64-bit draw gives four 16-bit uniform numbers, and an element is dropped when
-its number falls below p·2¹⁶: the same Bernoulli mask at 2.4x less time, forward and backward.
+12-17% of the Multi30k Transformer's training step on 2 cores under the profiler. Here one
+64-bit draw gives four 16-bit uniform numbers, and an element is dropped when its number falls
+below p·2¹⁶: the same Bernoulli mask in 2.4x less time, forward and backward (docs/benchmarks.md,
+"Where a training step's time goes", has the step's rate with each).
 The drop rate is p rounded to a multiple of 2⁻¹⁶ (0.1 becomes 0.100006), and the kept elements
 are scaled by the inverse of the rate actually used, so E[dropout(x)] = x exactly. The draws
 come from torch's default generator: torch.manual_seed makes runs repeat, and a resumed run's

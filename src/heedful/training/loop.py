@@ -55,8 +55,8 @@ def use_bf16(setting: bool | None, device: str | torch.device) -> bool:
     roughly halves the time and memory of the matmuls at no cost in accuracy that matters.
     Not on a CPU by default, even one with AMX tiles, whose bfloat16 products run 5-8x float32's:
     oneDNN builds and caches a kernel for every matrix shape, and length-bucketed batches bring
-    a new shape with most batches (memory grew by 4.5 GB in 15 minutes; docs/benchmarks.md,
-    "bfloat16 on a CPU")."""
+    a new shape with most batches (a run's memory reached 5.7 GB in 13 minutes, float32's
+    1.4; docs/benchmarks.md, "bfloat16 on a CPU")."""
     if setting is not None:
         return setting
     device = torch.device(device)
@@ -203,7 +203,7 @@ def _clock(start_seconds: float, dist: Distributed, device) -> Callable[[], floa
 
 def _autocast(config: TrainConfig, device: str | torch.device, echo=None):
     """bfloat16 autocast where train.bf16 (or its default) asks for it, with a line saying so:
-    a CPU with AMX trains in bfloat16 unasked, and its numbers differ from float32's."""
+    the run's numbers differ from float32's, and a GPU turns it on unasked."""
     if not use_bf16(config.bf16, device):
         return nullcontext()
     if echo is not None:
