@@ -110,7 +110,7 @@ def run_config(
 
 
 def precision(run_dir: Path) -> str:
-    """What the run trained in, as its log says: a CPU with AMX defaults to bfloat16."""
+    """What the run trained in, as its log says (train.bf16, or a GPU's default)."""
     log = (run_dir / "train.log").read_text(encoding="utf-8")
     return "bfloat16 autocast" if "precision: bfloat16 autocast" in log else "float32"
 

@@ -3,8 +3,9 @@
 torch's CPU dropout draws its mask with `bernoulli_`, one generator call per element, and took
 12-17% of the Multi30k Transformer's training step on 2 cores under the profiler. Here one
 64-bit draw gives four 16-bit uniform numbers, and an element is dropped when its number falls
-below p·2¹⁶: the same Bernoulli mask in 2.4x less time, forward and backward (docs/benchmarks.md,
-"Where a training step's time goes", has the step's rate with each).
+below p·2¹⁶: the same Bernoulli mask in 2.4x less time, forward and backward (a one-off
+measurement: 22.6 against 9.0 ms for 3,000 × 1,024 floats); benchmarks/profile_training.py
+measures the whole step with each (docs/benchmarks.md, "Where a training step's time goes").
 The drop rate is p rounded to a multiple of 2⁻¹⁶ (0.1 becomes 0.100006), and the kept elements
 are scaled by the inverse of the rate actually used, so E[dropout(x)] = x exactly. The draws
 come from torch's default generator: torch.manual_seed makes runs repeat, and a resumed run's
@@ -27,11 +28,15 @@ def random_halfwords(shape: torch.Size) -> torch.Tensor:
     return words.view(torch.int16)[:n].view(shape)
 
 
+def check_probability(p: float) -> float:
+    if not 0.0 <= p <= 1.0:  # also refuses NaN
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    return p
+
+
 def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     """x with each element zeroed with probability p and the rest scaled by 1 / (1 - p)."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-    dropped = round(p * LEVELS)  # how many of the 2¹⁶ values drop an element
+    dropped = round(check_probability(p) * LEVELS)  # how many of the 2¹⁶ values drop an element
     if x.device.type != "cpu" or dropped in (0, LEVELS):
         return F.dropout(x, p, training=True) if p > 0.0 else x
     keep = random_halfwords(x.shape) >= dropped - LEVELS // 2  # P(keep) = 1 - dropped / 2¹⁶
@@ -48,9 +53,7 @@ class Dropout(nn.Module):
 
     def __init__(self, p: float = 0.5):
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-        self.p = p
+        self.p = check_probability(p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p) if self.training and self.p > 0.0 else x
