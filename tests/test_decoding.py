@@ -9,7 +9,7 @@ import torch
 
 from heedful.config import DecoderConfig, ModelConfig
 from heedful.models.build import build_model
-from heedful.search.beam import beam_search, gnmt_length_penalty
+from heedful.search.beam import beam_search, extend, gnmt_length_penalty
 from heedful.search.decoding import greedy_search
 
 BOS, EOS = 1, 2
@@ -376,3 +376,26 @@ def test_gnmt_length_penalty():
     assert gnmt_length_penalty(7, 1.0) == 2.0
     assert gnmt_length_penalty(7, 0.5) == math.sqrt(2.0)
     assert gnmt_length_penalty(30, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("k, v", [(4, 50), (5, 7), (3, 2), (1, 9)])
+def test_extend_takes_the_2k_best_of_every_beam_extension(k, v):
+    # extend() picks each beam's best tokens first; the answer is the whole sum's 2K best,
+    # in float64 so that no two finite candidates tie. Dead beams (-inf) stand in for step 0.
+    generator = torch.Generator().manual_seed(k * 100 + v)
+    b = 6
+    scores = -torch.rand(b, k, generator=generator, dtype=torch.float64) * 5
+    scores[::2, 1:] = -torch.inf
+    log_probs = torch.randn(b * k, v, generator=generator, dtype=torch.float64).log_softmax(-1)
+    rows = torch.arange(b).unsqueeze(1) * k + 100  # where each sentence's beams sit
+    for given in (None, rows):
+        got = extend(scores, log_probs, step=3, rows=given)
+        total = (scores.reshape(-1, 1) + log_probs).view(b, k * v)
+        best, flat = total.topk(min(2 * k, k * v), dim=1)
+        first = (torch.arange(b).unsqueeze(1) * k) if given is None else given
+        finite = best.isfinite()
+        assert torch.equal(got.score.isfinite(), finite)
+        assert torch.equal(got.score[finite], best[finite])
+        assert torch.equal(got.row[finite], (first + flat // v)[finite])
+        assert torch.equal(got.token[finite], (flat % v)[finite])
+        assert bool((got.step == 3).all())

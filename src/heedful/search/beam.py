@@ -105,21 +105,45 @@ def extend(
 ) -> Ends:
     """The 2K best one-token extensions of each sentence's K beams, best first (B, 2K).
 
-    scores (B, K) of the beams, log_probs (B·K, V) of their next token: one topk over (B, K·V).
-    penalty (B, V), when given, is taken from each extension by its token for the choice only
-    (best first then means by score - penalty), the Ends keeping the raw log-probability: a
-    diversity term (diverse.py). rows (B, 1): the
-    decode row of each sentence's first beam [default: b · K, the sentence's K beams being all
-    its rows].
+    scores (B, K) of the beams, log_probs (B·K, V) of their next token. Without a penalty, each
+    beam's own best are taken first (_extend_each_beam_first). penalty (B, V), when given, is
+    taken from each extension by its token for the choice only (best first then means by
+    score - penalty), the Ends keeping the raw log-probability: a diversity term (diverse.py);
+    then one topk runs over (B, K·V). rows (B, 1): the decode row of each sentence's first beam
+    [default: b · K, the sentence's K beams being all its rows].
     """
+    if penalty is None:
+        return _extend_each_beam_first(scores, log_probs, step, rows)
     b, k = scores.shape
     v = log_probs.size(-1)
     total = (scores.reshape(-1, 1) + log_probs).view(b, k * v)  # (B, K·V)
-    ranked = total if penalty is None else total - penalty.repeat(1, k)  # (B, K·V)
-    best, flat = ranked.topk(min(2 * k, k * v), dim=1)  # (B, 2K)
-    score = best if penalty is None else total.gather(1, flat)  # raw, whatever ranked them
-    first = torch.arange(b, device=scores.device).unsqueeze(1) * k if rows is None else rows
-    return Ends(score, torch.full_like(flat, step), first + flat // v, flat % v)
+    _, flat = (total - penalty.repeat(1, k)).topk(min(2 * k, k * v), dim=1)  # (B, 2K)
+    score = total.gather(1, flat)  # raw, whatever ranked them
+    beam_rows = _first_rows(k, rows, flat) + flat // v  # (B, 2K)
+    return Ends(score, torch.full_like(flat, step), beam_rows, flat % v)
+
+
+def _first_rows(k: int, rows: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """The decode row of each sentence's first beam (B, 1): rows, or b · K (B = len(like))."""
+    return torch.arange(like.size(0), device=like.device).unsqueeze(1) * k if rows is None else rows
+
+
+def _extend_each_beam_first(scores, log_probs, step: int, rows) -> Ends:
+    """extend() without a penalty, in two rounds: each beam's own 2K best tokens (B·K, 2K),
+    then the 2K best of those K·2K per sentence (B, 2K).
+
+    The same extensions: a sentence's 2K best of score + log p can hold at most 2K of any one
+    beam, and within a beam the order is log p's (its score is one number). What it saves is
+    the sum scores + log p over the whole vocabulary, a (B, K·V) tensor written and read again
+    at every step (K·V = 40,000 floats a sentence at beam 5 with an 8k vocabulary).
+    """
+    b, k = scores.shape
+    n = min(2 * k, log_probs.size(-1))
+    top, token = log_probs.topk(n, dim=1)  # (B·K, n) each beam's best, best first
+    total = (scores.reshape(-1, 1) + top).view(b, k * n)  # (B, K·n)
+    best, flat = total.topk(min(2 * k, k * n), dim=1)  # (B, 2K)
+    tokens = token.view(b, k * n).gather(1, flat)  # (B, 2K)
+    return Ends(best, torch.full_like(flat, step), _first_rows(k, rows, flat) + flat // n, tokens)
 
 
 def split(candidates: Ends, eos_id: int, k: int) -> tuple[Ends, Ends]:
