@@ -100,6 +100,10 @@ def test_bad_overrides_and_missing_file(tmp_path):
         ),
         ("model:\n  decoder:\n    input_feeding: true\n", "model.decoder.input_feeding"),
         ("model:\n  arch: rnn\n  encoder:\n    layers: 6\n", "model.encoder.layers"),
+        (
+            "model:\n  arch: rnn\n  encoder:\n    share_embeddings: true\n",
+            "model.encoder.share_embeddings",
+        ),
         ("model:\n  encoder:\n    bidirectional: false\n", "model.encoder.bidirectional"),
     ],
 )

@@ -36,7 +36,9 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 NEAR_TIE = 1e-3  # nats: float32 rounding differences between engines are about 1e-5
 
 
-def random_model_dir(path, norm="post", tie=False, positional="sinusoidal", kv_heads=None):
+def random_model_dir(
+    path, norm="post", tie=False, positional="sinusoidal", kv_heads=None, share=False
+):
     tokenizer = CharTokenizer.train([ALPHABET])
     config = ModelConfig(
         d_model=32,
@@ -47,7 +49,7 @@ def random_model_dir(path, norm="post", tie=False, positional="sinusoidal", kv_h
         positional=positional,
         max_positions=64,
         num_kv_heads=kv_heads,
-        encoder=TextEncoderConfig(layers=2),
+        encoder=TextEncoderConfig(layers=2, share_embeddings=share),
         decoder=DecoderConfig(layers=2, tie_embeddings=tie),
     )
     torch.manual_seed(1)
@@ -84,17 +86,18 @@ def same_outputs(ours, theirs) -> float:
 
 
 @pytest.mark.parametrize(
-    "norm, tie, positional",
+    "norm, tie, positional, share",
     [
-        ("post", False, "sinusoidal"),
-        ("post", True, "sinusoidal"),
-        ("pre", False, "sinusoidal"),
-        ("pre", True, "sinusoidal"),
-        ("post", False, "learned"),
+        ("post", False, "sinusoidal", False),
+        ("post", True, "sinusoidal", False),
+        ("pre", False, "sinusoidal", False),
+        ("pre", True, "sinusoidal", False),
+        ("post", False, "learned", False),
+        ("pre", True, "sinusoidal", True),  # one table for source, target and output
     ],
 )
-def test_ctranslate2_gives_our_outputs(tmp_path, norm, tie, positional):
-    model_dir = random_model_dir(tmp_path / "model", norm, tie, positional)
+def test_ctranslate2_gives_our_outputs(tmp_path, norm, tie, positional, share):
+    model_dir = random_model_dir(tmp_path / "model", norm, tie, positional, share=share)
     export_ctranslate2(model_dir, tmp_path / "export")
     ours = Translator.load(model_dir)
     theirs = CTranslate2Translator.load(tmp_path / "export", threads=1)

@@ -111,16 +111,21 @@ def test_patience_counts_validations_without_improvement(metric, values, stopped
     assert [m["best"] for m in result.history][:2] == [True, stopped_by == "max_steps"]
 
 
-def test_a_run_resumed_from_its_state_continues_bit_for_bit(tmp_path):
-    """Dropout draws from the RNG and Adam keeps moments: both must come back exactly."""
+SHARED = replace(MODEL, encoder=TextEncoderConfig(layers=1, share_embeddings=True))
+
+
+@pytest.mark.parametrize("model", [MODEL, SHARED], ids=["own-tables", "shared-embeddings"])
+def test_a_run_resumed_from_its_state_continues_bit_for_bit(tmp_path, model):
+    """Dropout draws from the RNG and Adam keeps moments: both must come back exactly, also
+    for a table two sides share (one Parameter, one set of moments)."""
     pairs = data()
     config = TrainConfig(batch_tokens=60, max_steps=8, eval_every=4, warmup_steps=3, seed=2)
     torch.manual_seed(0)
-    straight = build_model(MODEL, 12, 12)  # dropout 0.1
+    straight = build_model(model, 12, 12)  # dropout 0.1
     start = {k: v.clone() for k, v in straight.state_dict().items()}
     train(straight, pairs, config, progress=False)
 
-    half = build_model(MODEL, 12, 12)
+    half = build_model(model, 12, 12)
     half.load_state_dict(start)
     saved = {}
 
@@ -130,7 +135,7 @@ def test_a_run_resumed_from_its_state_continues_bit_for_bit(tmp_path):
 
     train(half, pairs, replace(config, max_steps=4), progress=False, save=save)
     torch.rand(10)  # a new process: the generator is elsewhere
-    resumed = build_model(MODEL, 12, 12)
+    resumed = build_model(model, 12, 12)
     resumed.load_state_dict(saved)
     state = TrainState.resume(tmp_path, resumed, config)
     assert state.progress.step == 4

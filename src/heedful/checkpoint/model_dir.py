@@ -294,13 +294,17 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
 
 
 def _check_text_source(directory: Path, config: ModelConfig, source: TextSource, pairs) -> None:
-    """A copying model's one vocabulary; a multilingual model's target tokens, each one
-    symbol of tokenizer.src."""
+    """The one vocabulary of a copying model and of shared embeddings; a multilingual model's
+    target tokens, each one symbol of tokenizer.src."""
     sides = (directory / TEXT_SLOT, directory / "tokenizer.tgt")
-    if config.decoder.copy and len({path.read_bytes() for path in sides}) > 1:
-        raise CheckpointError(  # the pointer-generator's source ids are its output ids
-            f"{directory}: model.decoder.copy needs one vocabulary, but tokenizer.src and "
-            "tokenizer.tgt differ"
+    key = None
+    if config.decoder.copy:  # the pointer-generator's source ids are its output ids
+        key = "model.decoder.copy"
+    elif config.arch == "transformer" and config.encoder.share_embeddings:  # one table
+        key = "model.encoder.share_embeddings"
+    if key and len({path.read_bytes() for path in sides}) > 1:
+        raise CheckpointError(
+            f"{directory}: {key} needs one vocabulary, but tokenizer.src and tokenizer.tgt differ"
         )
     try:  # a multilingual model reads each target token as one symbol of tokenizer.src
         check_symbols(source.tokenizer, pairs, directory / TEXT_SLOT)

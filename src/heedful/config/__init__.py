@@ -218,19 +218,32 @@ class Config:
                 "cached cells, not pictures, and there is no picture to trace; set it to 0"
             )
         check_task_keys(self.data, self.model, self.train, DataConfig())  # text or captions
-        # the pointer-generator adds attention on source ids to the same output ids
-        data = self.data
+        self._check_one_vocabulary()
+
+    def _check_one_vocabulary(self) -> None:
+        """What needs one vocabulary for both sides has it: the pointer-generator adds
+        attention on source ids to the same output ids, and shared embeddings read a source
+        id and a target id from one table."""
+        data, model = self.data, self.model
         given = data.source.tokenizer is not None  # then joint_vocab is not used
         shared = data.source.tokenizer == data.tgt_tokenizer if given else data.joint_vocab
-        if self.model.arch == "rnn" and self.model.decoder.copy and not shared:
-            fix = (
-                "name one tokenizer file as both data.source.tokenizer and data.tgt_tokenizer"
-                if given
-                else "set data.joint_vocab: true"
-            )
+        if shared:
+            return
+        fix = (
+            "name one tokenizer file as both data.source.tokenizer and data.tgt_tokenizer"
+            if given
+            else "set data.joint_vocab: true"
+        )
+        if model.arch == "rnn" and model.decoder.copy:
             raise ConfigError(
                 "model.decoder.copy needs one vocabulary for both sides, so that a source id "
                 f"is the same output id: {fix}"
+            )
+        text = model.encoder.kind == "text"
+        if text and model.arch == "transformer" and model.encoder.share_embeddings:
+            raise ConfigError(
+                "model.encoder.share_embeddings needs one vocabulary for both sides, so that "
+                f"a source id and a target id name the same piece: {fix}"
             )
 
 

@@ -83,6 +83,9 @@ class TextEncoderConfig:
     kind: str = "text"
     layers: int = only("transformer", default=2)  # Transformer encoder layers
     bidirectional: bool = only("rnn", default=True)  # each direction gets model.hidden_size / 2
+    # one token embedding for both sides (fairseq's share_all_embeddings, Eole's
+    # share_embeddings): the source reads the target's table; needs one joint vocabulary
+    share_embeddings: bool = only("transformer", default=False)
 
     def __post_init__(self) -> None:
         if self.kind != "text":

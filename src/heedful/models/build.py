@@ -44,9 +44,9 @@ def _rnn_decoder(c: ModelConfig, tgt_vocab_size: int, pad_id: int) -> AttentionD
 
 def _text_transformer(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):
     settings = _transformer_settings(c, pad_id)
-    return transformer(
-        src_vocab_size, tgt_vocab_size, c.encoder.layers, c.decoder.layers, **settings
-    )
+    layers = (c.encoder.layers, c.decoder.layers)
+    share = c.encoder.share_embeddings
+    return transformer(src_vocab_size, tgt_vocab_size, *layers, share_embeddings=share, **settings)
 
 
 def _text_rnn(c: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int):

@@ -319,18 +319,29 @@ def transformer(
     encoder_layers: int = 6,
     decoder_layers: int = 6,
     tie_embeddings: bool = False,
+    share_embeddings: bool = False,
     **settings,
 ) -> tuple[TransformerEncoder, TransformerDecoder]:
     """Vaswani et al. 2017's encoder and decoder of tokens; settings: those of Settings.
 
     The parts are made in the order the one Transformer module made them before they became
     two (both embeddings, the encoder layers, the decoder layers, the output layer, then the
-    Xavier draws), so that a seed gives the weights it gave.
+    Xavier draws), so that a seed gives the weights it gave. share_embeddings: the encoder
+    reads the decoder's token table (§3.4 shares it between both sides and the output layer
+    for a joint BPE vocabulary); each side keeps its own positions.
     """
+    if share_embeddings and src_vocab_size != tgt_vocab_size:
+        raise ValueError(
+            "share_embeddings needs one vocabulary for both sides, got vocabularies of "
+            f"{src_vocab_size} and {tgt_vocab_size}"
+        )
     s = Settings(**settings)
     src_embed, tgt_embed = s.embedding(src_vocab_size), s.embedding(tgt_vocab_size)
     encoder = TransformerEncoder(src_embed, s.layers(EncoderLayer, encoder_layers), s.norm_first)
     decoder = TransformerDecoder(
         tgt_embed, s.layers(DecoderLayer, decoder_layers), s.norm_first, tie_embeddings
     )
-    return xavier_init(encoder), xavier_init(decoder)
+    encoder, decoder = xavier_init(encoder), xavier_init(decoder)
+    if share_embeddings:  # drawn as before, then one table: the seed gives the decoder's
+        encoder.embed.tokens = decoder.embed.tokens
+    return encoder, decoder
