@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 import time
@@ -181,7 +182,8 @@ def main() -> None:
         for kind, model_dir in checkpoints(run_dir).items():
             scores.append({"kind": kind, **score(model_dir, args.beam)})
             print(kind, scores[-1], flush=True)
-        config = args.config.resolve().relative_to(ROOT).as_posix()
+        # as given (configs/ is a link to src/heedful/recipes/: not resolved, the name users run)
+        config = Path(os.path.abspath(args.config)).relative_to(ROOT).as_posix()
         result = {"name": args.name, "config": config, "settings": args.settings,
                   "note": args.note, "date": datetime.date.today().isoformat(),
                   "machine": machine(), "command": command, "train_wall_seconds": wall,

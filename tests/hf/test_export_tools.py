@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 import warnings
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -57,8 +58,9 @@ def random_model(config: ModelConfig, src_size: int, tgt_size: int):
     return model
 
 
-def pre_norm_sentencepiece(root: Path) -> Path:
-    """As the Multi30k recipes: pre-norm, tied, one SentencePiece vocabulary, en -> de."""
+def pre_norm_sentencepiece(root: Path, share: bool = False) -> Path:
+    """As the Multi30k recipes: pre-norm, tied, one SentencePiece vocabulary, en -> de;
+    share: one token table for both sides too (the tiny recipe)."""
     tokenizer = SentencePieceTokenizer.train(TEXTS * 20, vocab_size=40)
     config = ModelConfig(
         d_model=32,
@@ -66,7 +68,7 @@ def pre_norm_sentencepiece(root: Path) -> Path:
         d_ff=64,
         dropout=0.0,
         norm="pre",
-        encoder=TextEncoderConfig(layers=2),
+        encoder=TextEncoderConfig(layers=2, share_embeddings=share),
         decoder=DecoderConfig(layers=2, tie_embeddings=True),
     )
     model = random_model(config, len(tokenizer), len(tokenizer))
@@ -92,6 +94,12 @@ def post_norm_characters(root: Path) -> Path:
 
 MODELS = {
     "pre-norm-sentencepiece": (pre_norm_sentencepiece, "pegasus", ("en", "de"), SEARCH),
+    "shared-embeddings": (
+        partial(pre_norm_sentencepiece, share=True),
+        "pegasus",
+        ("en", "de"),
+        SEARCH,
+    ),
     "post-norm-characters": (post_norm_characters, "marian", ("dates", "iso"), DEMO_SEARCH),
 }
 
