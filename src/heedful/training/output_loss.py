@@ -24,7 +24,14 @@ ROWS = 512  # positions per slice: 512 × 8,000 float32 logits = 16 MB, reused f
 
 class _OutputLoss(torch.autograd.Function):
     """Summed smoothed cross-entropy of (h Wᵀ + b) against `targets`; gradients computed in the
-    forward pass, slice by slice, and scaled by the incoming gradient in the backward."""
+    forward pass, slice by slice, and scaled by the incoming gradient in the backward.
+
+    Each slice's (rows × V) logits are read and written as few times as the math allows (on a
+    narrow model this loss is a third of a training step, and most of it is these passes, not
+    the products): exp(z − max) in place gives both log-sum-exp and softmax; the mean of z,
+    which label smoothing needs, is h · mean(W) + mean(b) without reading z; and the smoothing's
+    uniform −ε/V in dz, the same for every class, reaches the gradients as rank-one products
+    added once after the slices instead of a pass over every slice."""
 
     @staticmethod
     def forward(ctx, h, weight, bias, targets, smoothing: float, ignore_index: int, rows: int):
@@ -32,25 +39,32 @@ class _OutputLoss(torch.autograd.Function):
         grad_w = torch.zeros_like(weight)
         grad_b = None if bias is None else torch.zeros_like(bias)
         total = h.new_zeros((), dtype=torch.float64)
-        vocab = weight.shape[0]
+        kept_h = h.new_zeros(h.shape[1])  # Σ over non-padding positions of h
+        w_mean = weight.mean(0)  # (d,): mean_j z_j = h · mean_j W_j + mean_j b_j
+        b_mean = 0.0 if bias is None else bias.mean()
+        # one buffer for every slice's logits: a fresh (rows × V) tensor each slice would be
+        # mapped page by page again
+        logits = h.new_empty(min(rows, h.shape[0]), weight.shape[0])
         for start in range(0, h.shape[0], rows):
             hs, ys = h[start : start + rows], targets[start : start + rows]
-            z = torch.nn.functional.linear(hs, weight, bias).float()  # z = h Wᵀ + b
-            keep = (ys != ignore_index).unsqueeze(1).to(z.dtype)
-            safe = ys.clamp(min=0).unsqueeze(1)
-            lse = torch.logsumexp(z, dim=1, keepdim=True)
-            # loss = (1 − ε)(lse − z_y) + ε(lse − mean z), padding rows masked out
-            loss = lse - (1 - smoothing) * z.gather(1, safe) - smoothing * z.mean(1, keepdim=True)
-            total += (loss * keep).sum(dtype=torch.float64)
-            # dz = softmax(z) − q,  q = (1 − ε)·onehot(y) + ε/V;  0 on padding rows
-            dz = z.sub_(lse).exp_()
-            dz.sub_(smoothing / vocab)
-            dz.scatter_add_(1, safe, torch.full_like(lse, -(1 - smoothing)))
-            dz = dz.mul_(keep).to(h.dtype)
-            grad_h[start : start + rows] = dz @ weight  # ∂/∂h = dz W
+            keep = (ys != ignore_index).unsqueeze(1)
+            z = logits[: hs.shape[0]]
+            loss, dz = _slice(hs, weight, bias, ys, keep, smoothing, w_mean, b_mean, z)
+            total += loss
+            grad_h[start : start + rows] = dz @ weight  # ∂/∂h = dz W (less the uniform part)
             grad_w.addmm_(dz.t(), hs)  # ∂/∂W = dzᵀ h
             if grad_b is not None:
                 grad_b += dz.sum(0)
+            kept_h += (hs * keep).sum(0)
+        # the uniform part of dz, u = −(ε/V)·keep on every class: u (Σ_j W_j) for ∂/∂h, and
+        # the same row uᵀh for every row of ∂/∂W, Σ u for every entry of ∂/∂b
+        uniform = smoothing / weight.shape[0]
+        if uniform:
+            keep_all = (targets != ignore_index).unsqueeze(1).to(h.dtype)
+            grad_h.sub_(uniform * keep_all * weight.sum(0))
+            grad_w.sub_(uniform * kept_h)
+            if grad_b is not None:
+                grad_b.sub_(uniform * keep_all.sum())
         ctx.save_for_backward(grad_h, grad_w, grad_b)
         return total.to(h.dtype)
 
@@ -59,6 +73,29 @@ class _OutputLoss(torch.autograd.Function):
         grad_h, grad_w, grad_b = ctx.saved_tensors
         scaled = [None if g is None else g * grad_out for g in (grad_h, grad_w, grad_b)]
         return (*scaled, None, None, None, None)
+
+
+def _slice(hs, weight, bias, ys, keep, smoothing: float, w_mean, b_mean, out):
+    """One slice's summed loss (float64) and dz = keep·(softmax(z) − (1 − ε)·onehot(y)), the
+    gradient of its logits less the uniform −ε/V·keep (added by the caller); z is computed
+    into `out` (rows, V), which dz then occupies."""
+    if bias is None:  # z = h Wᵀ + b   (rows, V)
+        z = torch.mm(hs, weight.t(), out=out).float()
+    else:
+        z = torch.addmm(bias, hs, weight.t(), out=out).float()
+    safe = ys.clamp(min=0).unsqueeze(1)
+    z_y = z.gather(1, safe)
+    z_mean = (hs @ w_mean + b_mean).float().unsqueeze(1)
+    top = z.amax(1, keepdim=True)
+    e = z.sub_(top).exp_()  # exp(z − max), in place of z
+    total = e.sum(1, keepdim=True)
+    lse = top + total.log()  # log Σ exp z
+    # loss = (1 − ε)(lse − z_y) + ε(lse − mean z), padding rows masked out
+    loss = lse - (1 - smoothing) * z_y - smoothing * z_mean
+    kept = keep.to(z.dtype)
+    dz = e.mul_(kept / total)  # softmax, 0 on padding rows
+    dz.scatter_add_(1, safe, -(1 - smoothing) * kept)
+    return (loss * kept).sum(dtype=torch.float64), dz.to(hs.dtype)
 
 
 def output_layer_loss(

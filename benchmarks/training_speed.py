@@ -1,0 +1,139 @@
+"""Training speed of a config under this heedful and under another source tree, in short runs
+that alternate, so that what else runs on the machine falls on both alike.
+
+    git archive HEAD src | tar -x -C /tmp/heedful-head
+    python benchmarks/training_speed.py --baseline /tmp/heedful-head/src \\
+        --config configs/multi30k/transformer-tiny.yaml --steps 120 --rounds 3
+    python benchmarks/training_speed.py --report     # only rewrite docs/benchmarks.md
+
+Each round runs `heedful train CONFIG` for --steps steps once with each tree (which goes first
+alternates), the same seed, 2 threads pinned (the free-core logic would otherwise change the
+thread count mid-run), no validation and no checkpoint before the end. A run's rate is the
+target tokens a second between the first record at or after step --skip and the last, from
+metrics.jsonl's running totals: tokenizer training, start-up and the first steps (memory
+still growing) are left out. The ratio is the median of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from decode_speed import shared  # benchmarks/decode_speed.py
+from report import machine, write_section  # benchmarks/report.py
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "benchmarks" / "results" / "training-speed.json"
+REPORT = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- training-speed:begin -->", "<!-- training-speed:end -->"
+SETTINGS = {  # None: the run's step count
+    "train.max_steps": None,
+    "train.max_time": "null",
+    "train.eval_every": None,  # one validation and checkpoint, at the end
+    "train.log_every": 10,
+    "train.snapshot_sentences": 0,
+}
+
+
+def rate(config: Path, steps: int, skip: int, src: Path) -> float:
+    """Target tokens/s of one short run of `config` with heedful imported from `src`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        command = [sys.executable, "-m", "heedful", "train", str(config), "--no-progress"]
+        command += ["--run-dir", str(run_dir), "--threads", "2"]
+        for key, value in SETTINGS.items():
+            command += ["--set", f"{key}={value if value is not None else steps}"]
+        env = dict(os.environ, PYTHONPATH=str(src.resolve()))
+        subprocess.run(command, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    steps_seen = [r for r in records if "tokens" in r]
+    first = next(r for r in steps_seen if r["step"] >= skip)
+    last = steps_seen[-1]
+    return (last["tokens"] - first["tokens"]) / (last["seconds"] - first["seconds"])
+
+
+def run(args) -> dict:
+    trees = {"this": ROOT / "src", "baseline": args.baseline}
+    rates: dict[str, list[float]] = {name: [] for name in trees}
+    load = os.getloadavg()[0]
+    for round_ in range(args.rounds):
+        order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
+        for name in order:
+            rates[name].append(rate(args.config, args.steps, args.skip, trees[name]))
+            print(f"round {round_ + 1} {name}: {rates[name][-1]:.0f} target tok/s", flush=True)
+    config = Path(os.path.abspath(args.config)).relative_to(ROOT).as_posix()
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "load": [load, os.getloadavg()[0]],
+        "command": " ".join(["python", "benchmarks/training_speed.py", *sys.argv[1:]]),
+        "config": config,
+        "note": args.note,
+        "rates": rates,
+        "ratio": statistics.median(a / b for a, b in zip(rates["this"], rates["baseline"])),
+    }
+
+
+def report(result: dict) -> str:
+    r = result["rates"]
+    rows = [
+        f"| {name} | {' / '.join(f'{x:,.0f}' for x in r[name])} | "
+        f"{statistics.median(r[name]):,.0f} |"
+        for name in r
+    ]
+    return "\n".join(
+        [
+            BEGIN,
+            "## Training speed against the code before a change",
+            "",
+            f"{result['date']}, {result['machine']}. {shared(result)}",
+            "",
+            f"    {result['command']}",
+            "",
+            f"`{result['config']}`, short runs alternating between the two source trees "
+            "(benchmarks/training_speed.py says how the rate is read). " + result["note"],
+            "",
+            "| tree | target tok/s per round | median |",
+            "|---|---|---:|",
+            *rows,
+            "",
+            f"This tree against the baseline: **{result['ratio']:.2f}x** (median of the per-round "
+            "ratios).",
+            END,
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", type=Path, help="another heedful src/ tree")
+    parser.add_argument(
+        "--config", type=Path, default=ROOT / "configs/multi30k/transformer-tiny.yaml"
+    )
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--skip", type=int, default=40, help="steps left out of the rate")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--note", default="", help="what the baseline is, for the report")
+    parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
+    args = parser.parse_args()
+    if args.report:
+        result = json.loads(RESULT.read_text())
+    else:
+        if args.baseline is None:
+            parser.error("--baseline is needed to measure")
+        result = run(args)
+        RESULT.parent.mkdir(parents=True, exist_ok=True)
+        RESULT.write_text(json.dumps(result, indent=2) + "\n")
+    write_section(REPORT, BEGIN, END, report(result))
+    print(f"wrote {RESULT} and its section of {REPORT}")
+
+
+if __name__ == "__main__":
+    main()
