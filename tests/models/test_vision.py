@@ -387,7 +387,8 @@ def test_image_keys_of_a_text_model_are_errors_and_left_out_of_its_directory():
     with pytest.raises(ConfigError, match="model.patch_size: only model.encoder vit"):
         read_model({"encoder": "cnn", "patch_size": 4})
     text = ModelConfig().used()
-    assert text["encoder"] == {"kind": "text", "layers": 2}  # nor its decoder's penalty
+    # the text Transformer's keys, nor its decoder's penalty
+    assert text["encoder"] == {"kind": "text", "layers": 2, "share_embeddings": False}
     assert text["decoder"] == {"layers": 2, "tie_embeddings": False}
     cnn = ModelConfig(encoder=CNN).used()
     assert cnn["encoder"] == {**asdict(CNN), "kind": "cnn"}  # every key of a CNN
