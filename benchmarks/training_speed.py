@@ -20,13 +20,13 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from decode_speed import shared  # benchmarks/decode_speed.py
 from report import machine, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,12 +73,22 @@ def run(args) -> dict:
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
         "load": [load, os.getloadavg()[0]],
-        "command": " ".join(["python", "benchmarks/training_speed.py", *sys.argv[1:]]),
+        "command": shlex.join(["python", "benchmarks/training_speed.py", *sys.argv[1:]]),
         "config": config,
         "note": args.note,
         "rates": rates,
         "ratio": statistics.median(a / b for a, b in zip(rates["this"], rates["baseline"])),
     }
+
+
+def _load(load: list[float]) -> str:
+    """The 1-minute load average before the first run says what else ran; the one at the end
+    counts the runs' own two threads too."""
+    start, end = load
+    return (
+        f"1-minute load average {start:.1f} before the first run, {end:.1f} at the end (the "
+        "runs' own 2 threads included)."
+    )
 
 
 def report(result: dict) -> str:
@@ -93,7 +103,7 @@ def report(result: dict) -> str:
             BEGIN,
             "## Training speed against the code before a change",
             "",
-            f"{result['date']}, {result['machine']}. {shared(result)}",
+            f"{result['date']}, {result['machine']}. {_load(result['load'])}",
             "",
             f"    {result['command']}",
             "",
