@@ -3,6 +3,10 @@ trained models; no retraining. Writes benchmarks/results/length-penalty.json and
 of docs/benchmarks.md.
 
     python benchmarks/length_penalty.py runs/sweep/linear/latest runs/sweep/linear-sliced/latest
+    python benchmarks/length_penalty.py --name transformer-tiny \\
+        runs/bench/transformer-tiny-seed1/latest
+
+--name keeps a recipe's result beside the others (length-penalty-NAME.json and its own section).
 
 The default (generation.length_penalty 1.0) is chosen on val; test2016 is reported beside it.
 """
@@ -12,15 +16,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from report import machine, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
-RESULT = ROOT / "benchmarks" / "results" / "length-penalty.json"
+RESULTS = ROOT / "benchmarks" / "results"
 REPORT = ROOT / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- length-penalty:begin -->", "<!-- length-penalty:end -->"
 SETS = ("val", "test2016")
 
 
@@ -43,23 +48,34 @@ def scores(model_dir: Path, alphas: list[float], beam: int) -> dict[str, dict[st
     return found
 
 
+def tag(name: str | None) -> str:
+    """The result file's stem and the section's marker: one per --name."""
+    return "length-penalty" + (f"-{name}" if name else "")
+
+
+def markers(name: str | None) -> tuple[str, str]:
+    return f"<!-- {tag(name)}:begin -->", f"<!-- {tag(name)}:end -->"
+
+
 def section(result: dict) -> str:
     models = list(result["models"])
+    begin, end = markers(result.get("name"))
+    title = f": {result['name']}" if result.get("name") else " (issue 16)"
     head = "| alpha | " + " | ".join(f"{s}: {', '.join(models)}" for s in SETS) + " |"
     rows = [head, "|---:|" + "---|" * len(SETS)]
     for alpha in result["alphas"]:
         cells = [", ".join(str(result["models"][m][s][str(alpha)]) for m in models) for s in SETS]
         rows.append(f"| {alpha} | " + " | ".join(cells) + " |")
     return "\n".join([
-        BEGIN,
-        "### Length penalty at beam 5 (issue 16)",
+        begin,
+        f"### Length penalty at beam 5{title}",
         "",
         f"Beam {result['beam']}, sacreBLEU (detokenized, case-sensitive), full val and test2016;"
         " ranking by log P(Y) / ((5 + |Y|) / 6) ** alpha. Machine: "
         f"{result['machine']}; {result['date']}; `{result['command']}`.",
         "",
         *rows,
-        END,
+        end,
     ])  # fmt: skip
 
 
@@ -68,17 +84,21 @@ def main() -> None:
     parser.add_argument("models", nargs="+", type=Path, help="trained model directories")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.6, 1.0, 1.5, 2.0])
     parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--name", help="a result and section of its own, e.g. the recipe's name")
     args = parser.parse_args()
     result = {
+        "name": args.name,
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
-        "command": "python benchmarks/length_penalty.py " + " ".join(map(str, args.models)),
+        "command": shlex.join(["python", "benchmarks/length_penalty.py", *sys.argv[1:]]),
         "beam": args.beam,
         "alphas": args.alphas,
         "models": {str(m): scores(m, args.alphas, args.beam) for m in args.models},
     }
-    RESULT.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    write_section(REPORT, BEGIN, END, section(result))
+    (RESULTS / f"{tag(args.name)}.json").write_text(
+        json.dumps(result, indent=2) + "\n", encoding="utf-8"
+    )
+    write_section(REPORT, *markers(args.name), section(result))
 
 
 if __name__ == "__main__":
