@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import machine, write_section  # benchmarks/report.py
+from report import machine, variant, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
@@ -254,6 +254,7 @@ def run(args) -> dict:
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
         "avx2": args.avx2,
+        "cpu": args.cpu,
         "threads": args.threads,
         "load": load + [os.getloadavg()[0]],
         "command": " ".join(["python", "benchmarks/decode_speed.py", *sys.argv[1:]]),
@@ -292,7 +293,8 @@ def report(results: list[dict]) -> str:
         isa = "AVX2 forced (" + ", ".join(f"{k}={v}" for k, v in AVX2.items()) + ")"
         lines += [
             "",
-            f"**{isa if result['avx2'] else 'native'}, {result['threads']} thread(s)**: "
+            f"**{result['cpu'] + ', ' if result.get('cpu') else ''}"
+            f"{isa if result['avx2'] else 'native'}, {result['threads']} thread(s)**: "
             f"{result['date']}, {result['machine']}; "
             f"{result['sentences']} sentences, {result['rounds']} rounds. {shared(result)}",
             "",
@@ -310,7 +312,7 @@ def report(results: list[dict]) -> str:
                     f"{100 * entry['same_as_heedful']:.1f}% |"
                 )
     # the profile of the native run with the fewest threads: the least disturbed by other work
-    profiled = min(results, key=lambda r: (r["avx2"], r["threads"]))
+    profiled = min(results, key=lambda r: (r.get("cpu") or "", r["avx2"], r["threads"]))
     lines += ["", _profile_table(profiled["profiles"], profiled["threads"]), END]
     return "\n".join(lines)
 
@@ -368,6 +370,7 @@ def main() -> None:
         "(e.g. spin300k=GOMP_SPINCOUNT:300000: OpenMP threads that spin longer)",
     )
     parser.add_argument("--threads", type=int, default=THREADS)
+    parser.add_argument("--cpu", help="name another CPU's run: its own result file")
     parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -377,10 +380,12 @@ def main() -> None:
     if not args.report:
         result = run(args)
         name = f"decode-speed{'-avx2' if args.avx2 else ''}-{args.threads}t.json"
+        path, _, _ = variant(RESULTS / name, BEGIN, END, args.cpu)
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
-    results = [json.loads(p.read_text()) for p in RESULTS.glob("decode-speed*t.json")]
-    results.sort(key=lambda r: (r["avx2"], -r["threads"]))  # native 2 threads first
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    results = [json.loads(p.read_text()) for p in RESULTS.glob("decode-speed*.json")]
+    # this section's CPU first (native, 2 threads first), then each named CPU's runs
+    results.sort(key=lambda r: (r.get("cpu") or "", r["avx2"], -r["threads"]))
     write_section(REPORT, BEGIN, END, report(results))
     print(f"wrote {REPORT}")
 

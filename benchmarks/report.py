@@ -5,23 +5,50 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from pathlib import Path
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
+def cpu() -> dict:
+    """The CPU's model name and the vector extensions that decide torch's kernels: two CPUs of
+    one model name (an EPYC with AVX-512, another with AVX2 only) run different code."""
+    name, flags = "unknown CPU", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            if line.startswith("model name") and name == "unknown CPU":
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+    return {"model": name, "flags": [f for f in wanted if f in flags]}
+
+
+def machine() -> str:
     import torch
 
+    c = cpu()
     return (
-        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), Python {platform.python_version()}"
+        f"{c['model']} ({', '.join(c['flags']) or 'no AVX2'}), {os.cpu_count()} cores, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"Python {platform.python_version()}"
+    )
+
+
+def variant(result: Path, begin: str, end: str, name: str | None) -> tuple[Path, str, str]:
+    """A named run (another CPU with `--cpu NAME`, or AVX2 kernels forced): its own result
+    file and section markers beside the default ones, so that one run never overwrites
+    another's figures."""
+    if not name:
+        return result, begin, end
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        raise SystemExit(f"--cpu {name!r}: use lowercase letters, digits and '-' (amd-epyc-avx2)")
+    tag = f"-{name}:"
+    return (
+        result.with_name(f"{result.stem}-{name}{result.suffix}"),
+        begin.replace(":", tag, 1),
+        end.replace(":", tag, 1),
     )
 
 

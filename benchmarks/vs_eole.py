@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import write_section  # benchmarks/report.py
+from report import cpu, variant, write_section  # benchmarks/report.py
 from vs_joeynmt import load_runtime, measured, write_yaml  # the same child processes and RSS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -392,18 +392,6 @@ def translate_eole(python: Path, eole_dir: Path, model_dir: Path, beam: int) -> 
 # ---- the run and the report -------------------------------------------------------------------
 
 
-def cpu() -> dict:
-    """The CPU's model name and its vector extensions (from /proc/cpuinfo)."""
-    name, flags = "unknown CPU", set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name") and name == "unknown CPU":
-            name = line.split(":", 1)[1].strip()
-        elif line.startswith("flags") and not flags:
-            flags = set(line.split(":", 1)[1].split())
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-    return {"model": name, "flags": [f for f in wanted if f in flags]}
-
-
 def trained_model(run_dir: Path) -> Path:
     """The model directory heedful's training run saved (when no --model is given)."""
     for name in ("best", "last", "final"):
@@ -469,7 +457,7 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "–"
 
 
-def report(result: dict) -> str:
+def report(result: dict, name: str | None = None, begin: str = BEGIN, end: str = END) -> str:
     c, v, train = result["cpu"], result["versions"], result["train"]
     h, e = train["heedful"], train["eole"]
     rows = [
@@ -488,8 +476,9 @@ def report(result: dict) -> str:
     same = ", ".join(f"{'greedy' if k == 'beam1' else 'beam ' + k[4:]} {100 * r['same']:.1f}% "
                      f"({100 * r['same_prefix']:.1f}% one a prefix of the other)"
                      for k, r in result["translate"].items())  # fmt: skip
+    isa = "/".join(c["flags"]) or "no AVX2"
     lines = [
-        BEGIN, "## Side by side with Eole", "",
+        begin, "## Side by side with Eole" + (f": {c['model']}, {isa}" if name else ""), "",
         f"{result['date']}, {c['model']} ({', '.join(c['flags']) or 'no AVX2'}); heedful "
         f"{v['heedful']} (torch {v['torch']}), Eole {v['eole']} (torch {v['eole_torch']}) in "
         f"its own virtual environment; {result['threads']} threads each, one after the other.", "",
@@ -507,7 +496,7 @@ def report(result: dict) -> str:
     ]  # fmt: skip
     for label, ours, theirs, form in rows:
         lines.append(f"| {label} | {ours:{form}} | {theirs:{form}} | {ratio(ours, theirs)} |")
-    return "\n".join([*lines, END])
+    return "\n".join([*lines, end])
 
 
 def main() -> None:
@@ -519,6 +508,7 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
+    parser.add_argument("--cpu", help="name another CPU's run: its own result and section")
     parser.add_argument("--child-translate", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--beam", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
@@ -526,19 +516,20 @@ def main() -> None:
     if args.child_translate:
         child_translate(args.child_translate, args.beam, args.child_out)
         return
+    result_path, begin, end = variant(RESULT, BEGIN, END, args.cpu)
     if not args.report:
         result = run(args)
         for search, row in result["translate"].items():  # outputs stay in the work directory
             for name in ("heedful", "eole"):
                 path = WORK / f"hyps-{name}-{search}.txt"
                 path.write_text("\n".join(row[name].pop("hypotheses")) + "\n", encoding="utf-8")
-        RESULT.parent.mkdir(parents=True, exist_ok=True)
-        RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    result = json.loads(RESULT.read_text())
-    section = report(result)
+        result_path.parent.mkdir(parents=True, exist_ok=True)
+        result_path.write_text(json.dumps(result, indent=2) + "\n")
+    result = json.loads(result_path.read_text())
+    section = report(result, args.cpu, begin, end)
     print(section)
-    write_section(REPORT, BEGIN, END, section)
-    print(f"wrote {RESULT} and {REPORT}")
+    write_section(REPORT, begin, end, section)
+    print(f"wrote {result_path} and {REPORT}")
 
 
 if __name__ == "__main__":

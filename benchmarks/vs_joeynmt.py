@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from report import machine, write_section  # benchmarks/report.py
+from report import machine, variant, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
@@ -754,17 +754,20 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-AVX2_BEGIN, AVX2_END = "<!-- vs-joeynmt-avx2:begin -->", "<!-- vs-joeynmt-avx2:end -->"
-
-
-def avx2_report(result: dict) -> str:
-    """The same report for an --avx2 run, under its own heading and markers."""
-    text = report(result).replace(BEGIN, AVX2_BEGIN).replace(END, AVX2_END)
-    text = text.replace("### Against the machine's limit", "### AVX2: against the machine's limit")
+def named_report(result: dict, name: str) -> str:
+    """The same report for a named run (--avx2, --cpu NAME), under its own heading and markers."""
+    _, begin, end = variant(RESULT, BEGIN, END, name)
+    if name == "avx2":
+        what = "AVX2 kernels forced (" + ", ".join(AVX2) + ")"
+    else:
+        what = result["machine"].split(", torch")[0]  # the CPU's name and vector extensions
+    text = report(result).replace(BEGIN, begin).replace(END, end)
+    text = text.replace(
+        "### Against the machine's limit",
+        f"### {'AVX2' if name == 'avx2' else name}: against the machine's limit",
+    )
     return text.replace(
-        "## Speed side by side with JoeyNMT",
-        "## Speed side by side with JoeyNMT, AVX2 kernels forced (" + ", ".join(AVX2) + ")",
-        1,
+        "## Speed side by side with JoeyNMT", f"## Speed side by side with JoeyNMT, {what}", 1
     )
 
 
@@ -772,8 +775,22 @@ README = ROOT / "README.md"
 README_BEGIN, README_END = "<!-- speed-table:begin -->", "<!-- speed-table:end -->"
 
 
-def readme_table(result: dict) -> str:
-    """The README's speed table: this run's ratios, with the machine it ran on."""
+def readme_table(results: list[dict]) -> str:
+    """The README's speed table: each CPU's run (native kernels), with the CPU named."""
+    first = results[0]
+    lines = [
+        README_BEGIN,
+        f"Measured against JoeyNMT {first['versions']['joeynmt']} on the same machine in the "
+        "same run, with the same model, vocabulary and batch size, on each CPU we had "
+        "(`python benchmarks/vs_joeynmt.py [--cpu NAME]`, which writes these tables; method, "
+        "memory and the roofline in [docs/benchmarks.md](docs/benchmarks.md)).",
+    ]
+    for result in results:
+        lines += ["", *_readme_rows(result)]
+    return "\n".join([*lines, README_END])
+
+
+def _readme_rows(result: dict) -> list[str]:
     train, translate = result["train"], result["translate"]
     rows = [
         ("training, Transformer 3+3 d256 (target tok/s)", train.get("transformer"), "tokens_per_s"),
@@ -782,11 +799,7 @@ def readme_table(result: dict) -> str:
         ("translating test2016, beam 5 (sentences/s)", translate.get("beam5"), "sentences_per_s"),
     ]
     lines = [
-        README_BEGIN,
-        f"Measured against JoeyNMT {result['versions']['joeynmt']} on the same machine in the "
-        f"same run, with the same model, vocabulary and batch size ({result['machine']}, "
-        f"{result['date']}; `python benchmarks/vs_joeynmt.py`, which writes this table; method, "
-        "memory and the roofline in [docs/benchmarks.md](docs/benchmarks.md)):",
+        f"**{result['machine']}**, {result['date']}:",
         "",
         "| | heedful | JoeyNMT | ratio |",
         "| --- | ---: | ---: | ---: |",
@@ -805,7 +818,7 @@ def readme_table(result: dict) -> str:
             f"Training runs at {100 * achieved / result['matmul']['limit']:.0f}% of what this "
             "CPU's float32 matrix multiply can do.",
         ]
-    return "\n".join([*lines, README_END])
+    return lines
 
 
 def main() -> None:
@@ -828,6 +841,7 @@ def main() -> None:
     parser.add_argument(
         "--avx2", action="store_true", help="force AVX2 kernels; its own result and section"
     )
+    parser.add_argument("--cpu", help="name another CPU's run: its own result and section")
     parser.add_argument("--child-translate", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--beam", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--runtime", help=argparse.SUPPRESS)
@@ -836,10 +850,12 @@ def main() -> None:
     if args.child_translate:
         child_translate(args.child_translate, args.beam, args.runtime, args.child_out)
         return
-    result_path, section = RESULT, report
+    if args.avx2 and args.cpu:
+        parser.error("--avx2 and --cpu: name one of them")
+    name = "avx2" if args.avx2 else args.cpu
+    result_path, begin, end = variant(RESULT, BEGIN, END, name)
     if args.avx2:  # before anything here or in a child imports torch
         os.environ.update(AVX2)
-        result_path, section = RESULT.with_name("vs-joeynmt-avx2.json"), avx2_report
     if not args.report:
         result = run(args)
         if args.avx2:
@@ -847,20 +863,21 @@ def main() -> None:
                 [*(f"{k}={v}" for k, v in AVX2.items()), result["command"]]
             )
         for search, row in result["translate"].items():  # outputs stay in the work directory
-            for name, entry in row.items():
+            for engine, entry in row.items():
                 if "hypotheses" in entry:
-                    path = WORK / f"hyps-{name}-{search}.txt"
+                    path = WORK / f"hyps-{engine}-{search}.txt"
                     path.write_text("\n".join(entry.pop("hypotheses")) + "\n", encoding="utf-8")
         result_path.parent.mkdir(parents=True, exist_ok=True)
         result_path.write_text(json.dumps(result, indent=2) + "\n")
     result = json.loads(result_path.read_text())
-    if args.avx2:  # the README's table stays the native run's
-        write_section(REPORT, AVX2_BEGIN, AVX2_END, section(result))
-        print(f"wrote {result_path} and {REPORT}")
-        return
-    write_section(REPORT, BEGIN, END, section(result))
-    write_section(README, README_BEGIN, README_END, readme_table(result))
-    print(f"wrote {result_path}, {REPORT} and the table in {README}")
+    write_section(REPORT, begin, end, named_report(result, name) if name else report(result))
+    # the README's tables: the native runs, one per CPU (an --avx2 run is not another CPU)
+    native = [RESULT, *sorted(RESULT.parent.glob(f"{RESULT.stem}-*.json"))]
+    results = [
+        json.loads(p.read_text()) for p in native if p.exists() and p.stem != "vs-joeynmt-avx2"
+    ]
+    write_section(README, README_BEGIN, README_END, readme_table(results))
+    print(f"wrote {result_path}, {REPORT} and the tables in {README}")
 
 
 if __name__ == "__main__":
