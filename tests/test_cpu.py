@@ -18,6 +18,7 @@ from heedful.cpu import (
     FreeCores,
     Int8Fallback,
     Int8Support,
+    bf16_missing,
     core_ticks,
     ctranslate2_compute_type,
     default_threads,
@@ -49,6 +50,29 @@ def test_int8_is_fast_only_with_vnni_and_not_hidden(flags, environ, fast, words)
     support = int8_support(flags, environ)
     assert support.fast is fast
     assert words in support.reason
+
+
+@pytest.mark.parametrize(
+    "machine, flags, slow",
+    [
+        ("x86_64", AVX2, True),  # an AVX2-only EPYC: emulated bfloat16
+        ("x86_64", AVX512, True),  # AVX-512 alone has no bfloat16 instructions
+        ("x86_64", AVX512 | {"avx512_bf16"}, False),
+        ("x86_64", AVX512 | {"avx512_bf16", "amx_bf16", "amx_tile"}, False),
+        ("x86_64", set(), False),  # flags unknown: not judged
+        ("aarch64", {"asimd"}, False),  # not x86: not judged
+    ],
+)
+def test_bf16_is_called_slow_only_on_an_x86_cpu_without_bf16_units(
+    monkeypatch, machine, flags, slow
+):
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    said = bf16_missing(flags)
+    assert (said is not None) is slow
+    if slow:
+        assert "no bfloat16 units" in said and "train.bf16=false" in said
 
 
 def test_ctranslate2_compute_types_by_cpu():

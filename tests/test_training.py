@@ -86,6 +86,20 @@ def test_a_run_in_bfloat16_says_so_and_why(monkeypatch, setting, line):
     assert not any(text.startswith("precision:") for text in lines)
 
 
+@pytest.mark.parametrize("missing", [None, "this CPU has no bfloat16 units (AMX or AVX512-BF16)"])
+def test_bfloat16_on_a_cpu_without_bf16_units_is_warned_in_the_precision_line(monkeypatch, missing):
+    import heedful.training.loop as loop
+
+    monkeypatch.setattr(loop, "bf16_missing", lambda: missing)
+    lines: list[str] = []
+    config = TrainConfig(batch_tokens=60, max_steps=1, eval_every=1, bf16=True)
+    train(build_model(MODEL, 12, 12), data(), config, progress=False, echo=lines.append)
+    (said,) = [text for text in lines if text.startswith("precision:")]
+    assert ("WARNING" in said) is (missing is not None)
+    if missing:
+        assert missing in said
+
+
 @pytest.mark.parametrize(
     ("metric", "values", "stopped_by", "steps"),
     [

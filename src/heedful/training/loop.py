@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from heedful.config import TrainConfig
-from heedful.cpu import FreeCores
+from heedful.cpu import FreeCores, bf16_missing
 from heedful.data.batching import Pairs
 from heedful.data.stream import BatchStream, Shard
 from heedful.data.tokenizers import PAD_ID
@@ -210,7 +210,8 @@ def _autocast(config: TrainConfig, device: str | torch.device, echo=None):
         why = (
             "train.bf16" if config.bf16 else "the default on this GPU; train.bf16=false for float32"
         )
-        echo(f"precision: bfloat16 autocast ({why})")
+        slow = bf16_missing() if torch.device(device).type == "cpu" else None
+        echo(f"precision: bfloat16 autocast ({why})" + (f"; WARNING: {slow}" if slow else ""))
     return torch.autocast(torch.device(device).type, torch.bfloat16)
 
 
