@@ -212,6 +212,11 @@ def run(args) -> dict:
     for spec in args.env_way:  # NAME=VAR:VALUE,...: heedful again, under other settings
         name, _, pairs = spec.partition("=")
         ways[name] = dict(bench_env, **dict(p.split(":", 1) for p in pairs.split(",")))
+        if ways[name].get("OMP_WAIT_POLICY", "").lower() == "active":
+            # every way's worker stays alive between its turns, and an active worker's idle
+            # threads spin without end on the cores the others are timed on: on 2 cores this
+            # made every other way 1.6-3x slower (a run on an AMD EPYC, 2026-12-04)
+            sys.exit(f"--env-way {spec}: an idle worker would spin on the others' cores")
     workers = {way: Worker(way, args, e) for way, e in ways.items()}
     names = list(workers)
     times = {b: {w: [] for w in names} for b in BEAMS}
