@@ -18,7 +18,7 @@ from heedful.checkpoint.model_dir import load_model_dir
 from heedful.checkpoint.slots import text_tokenizer
 from heedful.config import ModelConfig
 from heedful.config.search import SearchSettings, call_settings
-from heedful.cpu import FreeCores
+from heedful.cpu import FreeCores, in_streams
 from heedful.data.sources import as_source
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
 from heedful.inference.engine import PICTURES, Capabilities, check_supported
@@ -42,6 +42,9 @@ class Translator:
     engine = "torch"  # runtime.py: the other engine, ctranslate2, offers the same translate()
     capabilities = Capabilities()  # on text: every setting, prefixes, attention (engine.py)
     training: dict | None = None  # checkpoint/status.py's training.json of its directory
+    # on a CPU, translate's batches run side by side, one thread each (cpu.in_streams); False:
+    # one at a time, each on all of torch's threads
+    streams = True
 
     def __init__(
         self,
@@ -153,13 +156,11 @@ class Translator:
         lengths = {i: self.source.length(inputs[i]) for i in order}  # what the limits count
         forced = self._forced(len(inputs), lengths, prefixes, asked)  # {i: ids} or None
         order.sort(key=lengths.get)  # similar lengths together: less padding
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
+
+        def one_batch(chunk: list[int]) -> None:
             src = self.source.batch([inputs[i] for i in chunk], self.device)  # (B, S) or pixels
             prefix = None if forced is None else [forced[i] for i in chunk]
             found = self.search(src, prefix=prefix, settings=asked)
-            if self.cores is not None:
-                self.cores.look()  # threads for the next batch, from the cores left free
             for row, (i, hyps) in enumerate(zip(chunk, found)):
                 labels = self.source.labels(inputs[i])  # once for its n-best
                 first, *rest = [self._translation(labels, h) for h in hyps]
@@ -169,6 +170,10 @@ class Translator:
                         translation.attention = self._cross_attention(one, hyp)
                 first.alternatives = rest or None
                 out[i] = first
+
+        batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+        side_by_side = self.streams and self.device.type == "cpu"  # cpu.py says why
+        in_streams(one_batch, batches, self.cores, side_by_side)
         return out  # type: ignore[return-value]
 
     def sources(self, inputs: Sequence, target=None, source=None) -> list:
