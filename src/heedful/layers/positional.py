@@ -38,10 +38,11 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """x: (B, L, D) embeddings of positions offset..offset+L-1 -> x + PE"""
-        end = offset + x.size(1)
-        if end > self.table.size(0):
-            self.table = sinusoidal_encoding(end, self.d_model).to(self.table.device)
-        return x + self.table[offset:end].to(x.dtype)
+        end, table = offset + x.size(1), self.table  # one table, whatever other threads do
+        if end > table.size(0):
+            table = sinusoidal_encoding(end, self.d_model).to(table.device)
+            self.table = table  # decoding side by side (cpu.in_streams) may race on this
+        return x + table[offset:end].to(x.dtype)
 
 
 class LearnedPositionalEncoding(nn.Module):
