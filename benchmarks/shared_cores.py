@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import machine, multi30k_transformer, write_section  # benchmarks/report.py
+from report import machine, multi30k_transformer, variant, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpora" / "multi30k"
@@ -126,7 +126,7 @@ def run(threads: int, policy: str, busy: bool, model: str | None = None) -> dict
     return json.loads(out.strip().splitlines()[-1])
 
 
-def report(results: list[dict]) -> str:
+def report(results: list[dict], begin: str = BEGIN, end: str = END, command: str = "") -> str:
     idle = {(r["threads"], r["policy"]): r for r in results if not r["busy"]}
     best_idle = max(r["tokens_per_s"] for r in idle.values())
     rows = []
@@ -143,12 +143,12 @@ def report(results: list[dict]) -> str:
     met = busy_default["tokens_per_s"] / best_idle
     own = busy_default["tokens_per_s"] / idle[DEFAULT]["tokens_per_s"]
     return "\n".join([
-        BEGIN,
+        begin,
         "## Training on shared cores",
         "",
         f"{datetime.date.today().isoformat()}, {machine()}; otherwise idle.",
         "",
-        f"    python benchmarks/shared_cores.py{' --model ' + MODEL if MODEL else ''}",
+        f"    python benchmarks/shared_cores.py{command}",
         "",
         "The Multi30k Transformer (3+3 layers, d_model 256, batches of 3,000 tokens), each "
         "setting alone and beside one single-threaded busy process. Share: of the best idle "
@@ -168,7 +168,7 @@ def report(results: list[dict]) -> str:
         "process keeps busy. Why 100,000 rounds: decoding needs the threads awake between "
         "its small operators (docs/benchmarks.md, decoding), and training beside a busy "
         "process no longer spins against it, having one thread there.",
-        END,
+        end,
     ])  # fmt: skip
 
 
@@ -206,6 +206,8 @@ def main() -> None:
         return
     global MODEL
     model = MODEL = sys.argv[sys.argv.index("--model") + 1] if "--model" in sys.argv else None
+    cpu = sys.argv[sys.argv.index("--cpu") + 1] if "--cpu" in sys.argv else None
+    path, begin, end = variant(RESULTS, BEGIN, END, cpu)  # --cpu NAME: its own file, section
     results, decoding = [], []
     for threads, policy in SETTINGS:
         for busy in (False, True):
@@ -217,11 +219,11 @@ def main() -> None:
                 decoded = {**result, **run(threads, policy, busy, model)}
                 print(json.dumps(decoded), flush=True)
                 decoding.append(decoded)
-    RESULTS.write_text(json.dumps({"training": results, "decoding": decoding}, indent=1) + "\n")
-    lines = report(results).split("\n")
+    path.write_text(json.dumps({"training": results, "decoding": decoding}, indent=1) + "\n")
+    lines = report(results, begin, end, "".join(" " + a for a in sys.argv[1:])).split("\n")
     if decoding:
         lines[-1:-1] = decoding_report(decoding, model)
-    write_section(REPORT, BEGIN, END, "\n".join(lines))
+    write_section(REPORT, begin, end, "\n".join(lines))
     print(f"wrote {REPORT}")
 
 

@@ -31,14 +31,12 @@ class Record:
     def __init__(self, fail: int | None = None, pause: float = 0.02):
         self.lock, self.running, self.most = threading.Lock(), 0, 0
         self.seen: list[tuple[int, str, int]] = []
-        self.beside: list[int] = []  # how many ran when each started, itself included
         self.fail, self.pause = fail, pause
 
     def __call__(self, item: int) -> None:
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
-            self.beside.append(self.running)
             self.seen.append((item, threading.current_thread().name, torch.get_num_threads()))
         time.sleep(self.pause)  # long enough for a second item to start beside it
         with self.lock:
@@ -93,17 +91,22 @@ def test_an_error_is_raised_the_items_not_started_are_dropped_and_the_count_come
     assert torch.get_num_threads() == 2
 
 
-def test_how_many_at_once_follows_the_free_cores(two_threads):
-    """Once the cores call for one thread, one item at a time; and that count stays."""
+def test_side_by_side_the_streams_are_the_watched_cores_and_nobody_looks(two_threads):
+    """With the threads left to heedful (a FreeCores), as many streams as the cores it
+    watches, even after a look cut torch's threads to one; a stream waits for no other, so
+    the free cores are not looked at while they run."""
 
     class Cores:
-        def count(self):
-            return 1
+        cores = [0, 1, 2]
 
-    work = Record()
+        def look(self):
+            raise AssertionError("looked at the free cores while decoding side by side")
+
+    torch.set_num_threads(1)  # as a look beside a busy process leaves it
+    work = Record(pause=0.05)
     in_streams(work, list(range(6)), Cores())
     assert sorted(item for item, _, _ in work.seen) == list(range(6))
-    assert work.beside == [1, 2, 1, 1, 1, 1]  # two at first, then one after another
+    assert work.most == 3 and {count for _, _, count in work.seen} == {1}
     assert torch.get_num_threads() == 1
 
 

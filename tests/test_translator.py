@@ -112,17 +112,23 @@ def test_check_quantize_refuses_what_we_do_not_offer(quantize, device, message):
 
 
 def test_translation_looks_at_the_free_cores_after_every_batch(reverse_model_dir, monkeypatch):
-    """With its threads left to heedful, a Translator sets them after each batch from the cores
-    other processes leave free (cpu.FreeCores); a chosen count (here the tests' own
-    OMP_NUM_THREADS) is never looked at."""
+    """With its threads left to heedful, a Translator that decodes one batch after another
+    sets them after each batch from the cores other processes leave free (cpu.FreeCores); a
+    chosen count (here the tests' own OMP_NUM_THREADS) is never looked at."""
     assert Translator.load(reverse_model_dir).cores is None
     looks = []
 
     class Watcher:
+        cores = [0, 1]
+
         def look(self):
             looks.append(1)
 
     monkeypatch.setattr("heedful.inference.translator.FreeCores.follow", lambda threads: Watcher())
     translator = Translator.load(reverse_model_dir)
+    translator.streams = False  # one batch after another, each on all the threads
+    translator.translate(["abc", "de", "fgh", "ab", "c"], num_beams=1, batch_size=2)
+    assert len(looks) == 3
+    translator.streams = True  # side by side: the streams keep both cores (cpu.in_streams)
     translator.translate(["abc", "de", "fgh", "ab", "c"], num_beams=1, batch_size=2)
     assert len(looks) == 3

@@ -34,7 +34,7 @@ import os
 import platform
 import time
 import warnings
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,7 +96,8 @@ def set_threads(threads: int | None) -> int:
 class FreeCores:
     """torch's threads, following the cores other processes leave us: one fewer for each core
     another process keeps busy, back up when it stops. Training looks after every step,
-    translation (Translator.translate) after every batch.
+    translation (Translator.translate) after every batch it decodes alone (batches side by side
+    keep every core: in_streams says why).
 
     Why: two threads beside one busy process are slower than one. Each of our threads waits
     for the other at the end of every parallel region, and the one that shares its core with
@@ -118,7 +119,7 @@ class FreeCores:
     EVERY = 2.0  # seconds between looks: many scheduler slices, a small share of a run
 
     def __init__(self, cores: list[int], read=None, clock=time.monotonic):
-        self.cores, self.clock, self.others = cores, clock, 0.0
+        self.cores, self.clock = cores, clock
         self.read = read if read is not None else lambda: core_ticks(cores)
         self.last = (clock(), *self.read())
 
@@ -142,17 +143,6 @@ class FreeCores:
     def look(self) -> tuple[int, float] | None:
         """Every EVERY seconds: set the threads the free cores call for; (threads, the cores
         the others used) when that changed the count, else None."""
-        want = self.count()
-        import torch
-
-        if want is None or want == torch.get_num_threads():
-            return None
-        torch.set_num_threads(want)
-        return want, self.others
-
-    def count(self) -> int | None:
-        """Every EVERY seconds: the threads the free cores call for (the cores the others used
-        in self.others); None between looks or when the counters did not move."""
         now = self.clock()
         if now - self.last[0] < self.EVERY:
             return None
@@ -166,8 +156,13 @@ class FreeCores:
             return None
         # others = the cores' busy ticks less ours, as a count of cores
         others = max(0.0, (busy - busy0) - (own - own0)) / (total - total0) * len(self.cores)
-        self.others = others
-        return threads_for(len(self.cores), others)
+        want = threads_for(len(self.cores), others)
+        import torch
+
+        if want == torch.get_num_threads():
+            return None
+        torch.set_num_threads(want)
+        return want, others
 
 
 def threads_for(cores: int, others: float) -> int:
@@ -177,44 +172,45 @@ def threads_for(cores: int, others: float) -> int:
 
 
 def in_streams(work, items: list, cores: FreeCores | None = None, side_by_side=True) -> None:
-    """work(item) for every item: as many items at once as torch has threads, one thread
-    each, when there are two items or more (and side_by_side); else one after another on all
-    the threads. cores (a FreeCores): the threads follow the free cores, looked at as items
-    finish.
+    """work(item) for every item: two items or more (and side_by_side) run side by side in as
+    many streams as torch has threads (or as the cores `cores` watches), one thread each;
+    else one after another on all the threads, looking at the free cores after each item.
 
     Why: decoding a batch runs many operators too small for torch to share among threads, and
     the Python between them, so a second thread inside one batch mostly waits for the first.
-    Two batches at once, one thread each, keep both busy: greedy decoding of 500 Multi30k
-    sentences on a 2-core AMD EPYC went 1.3x faster with a second thread inside each batch and
-    1.7-2.1x with two batches at once (docs/benchmarks.md, "Decoding from PyTorch"). torch
-    lets go of Python's lock inside its operators, so one stream's Python runs while the
-    other's products do. An item's result does not depend on what ran beside it: each runs on
-    one thread. The first error is raised once the items in flight are done; the rest are
-    not started.
+    Two batches at once, one thread each, keep both busy: on a 2-core AMD EPYC greedy decoding
+    of 500 Multi30k sentences ran at 158 sentences/s with two threads inside each batch and 227
+    with two batches side by side (docs/benchmarks.md, "Decoding from PyTorch"). torch lets go
+    of Python's lock inside its operators, so one stream's Python runs while the other's
+    products do. A stream does not wait for another, so streams need not follow the free
+    cores: beside a busy process, two streams decoded 165-183 sentences/s where one gave 123
+    (benchmarks/shared_cores.py). An item's result does not depend on what ran beside it: each
+    runs on one thread. The first error is raised once the items in flight are done; the
+    rest are not started.
     """
     import torch
 
+    if len(items) > 1 and side_by_side:
+        streams = torch.get_num_threads() if cores is None else len(cores.cores)
+        if streams > 1:
+            return _side_by_side(work, items, streams)
+    for item in items:
+        work(item)
+        if cores is not None:
+            cores.look()  # threads for the next item, from the cores left free
+
+
+def _side_by_side(work, items: list, streams: int) -> None:
+    import torch
+
     threads = torch.get_num_threads()
-    if threads <= 1 or len(items) <= 1 or not side_by_side:
-        for item in items:
-            work(item)
-            if cores is not None:
-                cores.look()  # threads for the next item, from the cores left free
-        return
-    todo, running = list(reversed(items)), set()
     torch.set_num_threads(1)  # each stream's; threads that torch starts from now on take it
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="heedful-stream")
+    pool = ThreadPoolExecutor(streams, thread_name_prefix="heedful-stream")
     try:
-        while todo or running:
-            while todo and len(running) < threads:
-                running.add(pool.submit(work, todo.pop()))
-            done, running = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                future.result()  # its error, if it failed
-            want = None if cores is None else cores.count()
-            threads = threads if want is None else want
+        for future in [pool.submit(work, item) for item in items]:
+            future.result()  # in order; its error, if it failed
     finally:
-        pool.shutdown(cancel_futures=True)
+        pool.shutdown(cancel_futures=True)  # waits for those in flight
         torch.set_num_threads(threads)
 
 
