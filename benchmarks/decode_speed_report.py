@@ -32,8 +32,9 @@ def report(results: list[dict]) -> str:
         "runs spin3k or spin1k: that is how greedy decoding could differ by 1.6x between two "
         "EPYCs (issue 30). CTranslate2 is run as it comes, intra_threads = the thread count; "
         "with one thread it decodes faster here than with two. With 2 threads or more, heedful "
-        "decodes two batches side by side, one thread each (heedful.cpu.in_streams; the "
-        "baseline before 2026-12-04 spent both threads inside each batch), and "
+        "decodes two batches side by side, one thread each (heedful.cpu.in_streams; before "
+        "2026-12-04 it spent both threads inside each batch, which is the EPYC's baseline of "
+        "that day), and "
         "ctranslate2-side is CTranslate2 doing the same, as its inter_threads do (one replica "
         "per thread, intra_threads 1; benchmarks/side_by_side.py).",
     ]

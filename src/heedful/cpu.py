@@ -183,17 +183,18 @@ def in_streams(work, items: list, cores: FreeCores | None = None, side_by_side=T
     with two batches side by side (docs/benchmarks.md, "Decoding from PyTorch"). torch lets go
     of Python's lock inside its operators, so one stream's Python runs while the other's
     products do. A stream does not wait for another, so streams need not follow the free
-    cores: beside a busy process, two streams decoded 151-183 sentences/s in two runs where one
-    thread gave 116-123 (benchmarks/shared_cores.py). An item's result does not depend on what ran beside it: each
-    runs on one thread. The first error is raised once the items in flight are done; the
-    rest are not started.
+    cores: beside a busy process, two streams decoded 151-183 sentences/s in two runs where
+    one thread gave 116-123 (benchmarks/shared_cores.py). An item's result does not depend on
+    what ran beside it: each runs on one thread. The first error is raised once the items in
+    flight are done; the rest are not started.
     """
     import torch
 
     if len(items) > 1 and side_by_side:
         streams = torch.get_num_threads() if cores is None else len(cores.cores)
         if streams > 1:
-            return _side_by_side(work, items, streams)
+            _side_by_side(work, items, streams)
+            return
     for item in items:
         work(item)
         if cores is not None:
