@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from decode_speed import shared  # benchmarks/decode_speed.py
+from decode_speed_report import shared  # benchmarks/decode_speed_report.py
 from report import machine, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent

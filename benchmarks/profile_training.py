@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from decode_speed import shared  # benchmarks/decode_speed.py
+from decode_speed_report import shared  # benchmarks/decode_speed_report.py
 from report import machine, multi30k_transformer, write_section  # benchmarks/report.py
 from vs_joeynmt import forward_flops, matmul_gflops  # benchmarks/vs_joeynmt.py
 

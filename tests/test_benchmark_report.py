@@ -3,6 +3,7 @@ CPU's figures never overwrite another's in docs/benchmarks.md."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -54,3 +55,16 @@ def test_the_cpu_description_names_only_known_vector_extensions():
     described = cpu()
     assert isinstance(described["model"], str) and described["model"]
     assert set(described["flags"]) <= {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"}
+
+
+def test_every_benchmark_script_imports():
+    """The scripts import each other's helpers (decode_speed_report.shared, report.machine):
+    moving a helper must not leave a script that fails before it measures anything."""
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    names = sorted(p.stem for p in folder.glob("*.py"))
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code, *names], cwd=folder, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "decode_speed_report" in names and "profile_training" in names
