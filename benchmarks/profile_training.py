@@ -8,8 +8,8 @@ The Transformer of the vs-JoeyNMT benchmark (3+3 layers, d_model 256, 4 heads, d
 dropout 0.1, 8k joint vocabulary, batches of 3,000 tokens; benchmarks/report.py builds it)
 trains as heedful's loop trains it: label-smoothed cross-entropy summed over tokens, backward,
 gradient clipping at 1.0, Adam (training_state.make_optimizer with the default TrainConfig).
-The loss is already F.cross_entropy on the logits with label smoothing (no separate
-log_softmax), so it is not a variant here.
+In float32 the output layer and the loss go in slices (training/output_loss.py), and glibc
+keeps freed memory (cpu.reuse_freed_memory), as in `heedful train`.
 
 1. Profile: --profile-steps steps under torch.profiler after a warm-up; each operator's own
    time is put in one row (matmuls, attention, softmax, layer norm, embedding, the output layer,
@@ -72,17 +72,24 @@ class Trainer:
         from torch import nn
         from torch.profiler import record_function
 
-        from heedful.training.loop import sequence_loss
+        from heedful.training.loop import PAD_ID, sequence_loss
+        from heedful.training.output_loss import output_layer_loss
 
         with record_function("collate"):
             src, tgt_in, tgt_out = self.tensors(batch)
             tokens = int((tgt_out != 0).sum())
         self.optimizer.zero_grad(set_to_none=True)
+        smoothing = self.config.label_smoothing
         with torch.autocast("cpu", torch.bfloat16, enabled=self.bf16):
+            # as the loop: in float32 the output layer and the loss go in slices (output_loss.py)
             with record_function("forward"):
-                logits = self.model(src, tgt_in).logits
+                out = self.model(src, tgt_in, project=self.bf16)
             with record_function("loss"):
-                loss = sequence_loss(logits, tgt_out, self.config.label_smoothing, "sum")
+                if out.features is not None:
+                    layer = out.output_layer
+                    loss = output_layer_loss(out.features, layer, tgt_out, smoothing, PAD_ID)
+                else:
+                    loss = sequence_loss(out.logits, tgt_out, smoothing, "sum")
         with record_function("backward"):
             (loss / tokens).backward()
         with record_function("clip"):
@@ -132,10 +139,17 @@ def category(event) -> str:
         return {"collate": "data collation", "clip": "gradient clipping"}[label]
     if label == "optimizer":
         return "optimizer step (Adam)"
-    if label == "loss" or "nll_loss" in name or ("log_softmax" in name and _vocab_wide(event)):
-        return "loss: log_softmax, NLL, label smoothing (8k vocabulary)"
-    if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"):
+    if name in (
+        "aten::mm",
+        "aten::addmm",
+        "aten::addmm_",
+        "aten::bmm",
+        "aten::matmul",
+        "aten::linear",
+    ):
         return "output layer matmuls (d_model x 8k)" if _vocab_wide(event) else "matmuls"
+    if label == "loss" or "nll_loss" in name or ("log_softmax" in name and _vocab_wide(event)):
+        return "loss: softmax, label smoothing, the logits' gradient (8k vocabulary)"
     if "scaled_dot_product" in name or "softmax" in name:
         return "attention: softmax(QK^T)V kernels"
     if "layer_norm" in name:
@@ -284,7 +298,10 @@ def variants(model, batches, tensors, rounds: int, steps: int, bf16: bool) -> di
 def run(args) -> dict:
     import torch
 
+    from heedful.cpu import reuse_freed_memory
+
     load = os.getloadavg()[0]
+    reuse_freed_memory()  # as heedful train: every step's tensors without fresh pages
     torch.set_num_threads(THREADS)
     matmul = matmul_gflops()
     bf16 = has_bf16()

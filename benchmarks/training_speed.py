@@ -5,6 +5,7 @@ that alternate, so that what else runs on the machine falls on both alike.
     python benchmarks/training_speed.py --baseline /tmp/heedful-head/src \\
         --config configs/multi30k/transformer-tiny.yaml --steps 120 --rounds 3
     python benchmarks/training_speed.py --report     # only rewrite docs/benchmarks.md
+    python benchmarks/training_speed.py --report --cpu amd-epyc-avx2   # another CPU's section
 
 Each round runs `heedful train CONFIG` for --steps steps once with each tree (which goes first
 alternates), the same seed, 2 threads pinned (the free-core logic would otherwise change the
@@ -27,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from report import machine, write_section  # benchmarks/report.py
+from report import machine, variant, write_section  # benchmarks/report.py
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "training-speed.json"
@@ -76,6 +77,7 @@ def run(args) -> dict:
         "command": shlex.join(["python", "benchmarks/training_speed.py", *sys.argv[1:]]),
         "config": config,
         "note": args.note,
+        "cpu": args.cpu,
         "rates": rates,
         "ratio": statistics.median(a / b for a, b in zip(rates["this"], rates["baseline"])),
     }
@@ -101,7 +103,8 @@ def report(result: dict) -> str:
     return "\n".join(
         [
             BEGIN,
-            "## Training speed against the code before a change",
+            "## Training speed against the code before a change"
+            + (f", {result['cpu']}" if result.get("cpu") else ""),
             "",
             f"{result['date']}, {result['machine']}. {_load(result['load'])}",
             "",
@@ -132,17 +135,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--note", default="", help="what the baseline is, for the report")
     parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
+    parser.add_argument("--cpu", help="a name for this CPU: its own result file and section")
     args = parser.parse_args()
+    path, begin, end = variant(RESULT, BEGIN, END, args.cpu)
     if args.report:
-        result = json.loads(RESULT.read_text())
+        result = json.loads(path.read_text())
     else:
         if args.baseline is None:
             parser.error("--baseline is needed to measure")
         result = run(args)
-        RESULT.parent.mkdir(parents=True, exist_ok=True)
-        RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    write_section(REPORT, BEGIN, END, report(result))
-    print(f"wrote {RESULT} and its section of {REPORT}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    section = report(result).replace(BEGIN, begin).replace(END, end)
+    write_section(REPORT, begin, end, section)
+    print(f"wrote {path} and its section of {REPORT}")
 
 
 if __name__ == "__main__":
