@@ -41,6 +41,13 @@ def test_yaml_and_overrides(tmp_path):
         ("train:\n  lr: .inf\n", "train.lr: must be a finite number"),
         ("model:\n  dropout: .nan\n", "model.dropout: must be a finite number"),
         ("train:\n  patience: 0\n", "train.patience: must be > 0"),
+        # train.pieces (training/streams.py): a count of pieces, at least 1
+        ("train:\n  pieces: 0\n", "train.pieces: must be > 0"),
+        ("train:\n  pieces: -2\n", "train.pieces: must be > 0"),
+        ("train:\n  pieces: two\n", "train.pieces: expected int"),
+        ("train:\n  pieces: 1.5\n", "train.pieces: expected int"),
+        ("train:\n  pieces: .nan\n", "train.pieces: expected int"),
+        ("train:\n  pieces: [2]\n", "train.pieces: expected int"),
         ("train:\n  betas: [0.9, 1.0]\n", r"train.betas\[1\]: must be in \[0, 1\)"),
         ("- a\n- b\n", "top level must be a mapping"),
         # the sections (issue 27, item 6): their keys are named by their nested paths

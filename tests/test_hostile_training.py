@@ -155,23 +155,28 @@ def stale_lock(env: Env) -> None:
 
 def nan_loss_from_step(step: int):
     def before(env: Env, monkeypatch) -> None:
-        import heedful.training.loop
+        import heedful.training.loop as loop
 
-        calls = []
+        taking = [0]  # the step being taken: a step may compute its loss in several pieces
+
+        def counted(real):
+            def step_counted(net, model, shards, state, *args, **kwargs):
+                taking[0] = state.progress.step + 1
+                return real(net, model, shards, state, *args, **kwargs)
+
+            return step_counted
 
         def poison(real):
             def poisoned(*args, **kwargs):
-                calls.append(1)
                 loss = real(*args, **kwargs)
-                return loss * float("nan") if len(calls) >= step else loss
+                return loss * float("nan") if taking[0] >= step else loss
 
             return poisoned
 
+        monkeypatch.setattr(loop, "_optimizer_step", counted(loop._optimizer_step))
         # the training loss: whole logits (sequence_loss) or the Transformer's sliced one
         for name in ("sequence_loss", "output_layer_loss"):
-            monkeypatch.setattr(
-                heedful.training.loop, name, poison(getattr(heedful.training.loop, name))
-            )
+            monkeypatch.setattr(loop, name, poison(getattr(loop, name)))
 
     return before
 

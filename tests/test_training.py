@@ -243,7 +243,9 @@ def test_max_time_keeps_room_for_the_final_validation(monkeypatch):
 
 def test_automatic_threads_are_looked_at_every_step_and_a_change_is_told(monkeypatch):
     """train() asks cpu.FreeCores after each step when the threads are heedful's to choose
-    (train.threads None), and says when their count changes; a pinned count is never asked."""
+    (train.threads None) and each batch runs whole on them (train.pieces 1), and says when
+    their count changes; a pinned count is never asked, nor are pieces side by side, which
+    keep every core (training/streams.py)."""
     asked = []
 
     class Watcher:
@@ -258,7 +260,7 @@ def test_automatic_threads_are_looked_at_every_step_and_a_change_is_told(monkeyp
 
     monkeypatch.setattr("heedful.training.loop.FreeCores.follow", follow)
     lines = []
-    config = TrainConfig(batch_tokens=60, max_steps=4, seed=1)
+    config = TrainConfig(batch_tokens=60, max_steps=4, seed=1, pieces=1)
     train(build_model(MODEL, 12, 12), data(), config, progress=False, echo=lines.append)
     assert len(asked) == 4
     assert [line for line in lines if line.startswith("threads:")] == [
@@ -266,6 +268,13 @@ def test_automatic_threads_are_looked_at_every_step_and_a_change_is_told(monkeyp
     ]
     asked.clear()
     train(build_model(MODEL, 12, 12), data(), replace(config, threads=1), progress=False)
+    assert asked == []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:  # two pieces side by side
+        train(build_model(MODEL, 12, 12), data(), replace(config, pieces=2), progress=False)
+    finally:
+        torch.set_num_threads(threads)
     assert asked == []
 
 

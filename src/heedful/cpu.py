@@ -12,10 +12,11 @@ Three facts about the machines we run on decide things that no config can know i
   1.7 s at 1,000 (benchmarks/decode_speed.py); 10,000 sat on that knee, and a CPU whose PAUSE
   is a few times shorter was past it (issue 30 saw greedy 1.6x slower on one EPYC than on
   another). heedful asks for 100,000 rounds, ten times the knee here, below libgomp's 300,000.
-  Spinning burns the time slice another process on the same core needs, so training's thread
-  count follows the cores other processes leave free (FreeCores, below). libgomp reads the
-  count once, when it loads, so `heedful/__init__.py` sets it before torch is imported;
-  `--threads` chooses the count of threads.
+  Spinning burns the time slice another process on the same core needs, so training runs each
+  batch in pieces side by side, one thread each (training/streams.py), and where a batch runs
+  whole its thread count follows the cores other processes leave free (FreeCores, below).
+  libgomp reads the count once, when it loads, so `heedful/__init__.py` sets it before torch is
+  imported; `--threads` chooses the count of threads.
 - **int8.** An int8 matrix product is fast and exact when the CPU multiplies and adds int8
   in 32 bits in one instruction (AVX-512 VNNI, or AVX-VNNI). Without it, u8·s8 products go
   through AVX2's vpmaddubsw, whose 16-bit intermediate sums saturate: CTranslate2's int8 then
@@ -95,9 +96,11 @@ def set_threads(threads: int | None) -> int:
 
 class FreeCores:
     """torch's threads, following the cores other processes leave us: one fewer for each core
-    another process keeps busy, back up when it stops. Training looks after every step,
-    translation (Translator.translate) after every batch it decodes alone (batches side by side
-    keep every core: in_streams says why).
+    another process keeps busy, back up when it stops. Training looks after every step where
+    each batch runs whole on the threads (train.pieces 1, or a model whose batches cannot go in
+    pieces: training/streams.py, whose pieces side by side keep every core), translation
+    (Translator.translate) after every batch it decodes alone (batches side by side keep every
+    core too: in_streams says why).
 
     Why: two threads beside one busy process are slower than one. Each of our threads waits
     for the other at the end of every parallel region, and the one that shares its core with
@@ -193,7 +196,7 @@ def in_streams(work, items: list, cores: FreeCores | None = None, side_by_side=T
     if len(items) > 1 and side_by_side:
         streams = torch.get_num_threads() if cores is None else len(cores.cores)
         if streams > 1:
-            _side_by_side(work, items, streams)
+            run_side_by_side(work, items, streams)
             return
     for item in items:
         work(item)
@@ -201,11 +204,13 @@ def in_streams(work, items: list, cores: FreeCores | None = None, side_by_side=T
             cores.look()  # threads for the next item, from the cores left free
 
 
-def _side_by_side(work, items: list, streams: int) -> None:
+def run_side_by_side(work, items: list, streams: int, threads_each: int = 1) -> None:
+    """work(item) for every item in `streams` threads of our own, each running torch's
+    operators on `threads_each` threads; the first error once those in flight are done."""
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # each stream's; threads that torch starts from now on take it
+    torch.set_num_threads(threads_each)  # threads that torch starts from now on take it
     pool = ThreadPoolExecutor(streams, thread_name_prefix="heedful-stream")
     try:
         for future in [pool.submit(work, item) for item in items]:

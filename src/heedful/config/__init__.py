@@ -166,6 +166,12 @@ class TrainConfig:
     # torch threads; None: one per core we may use, shared among torchrun's local processes
     # (or OMP_NUM_THREADS when set). Fewer than the cores helps when another process is busy.
     threads: int | None = None
+    # each batch in this many pieces on a CPU, a forward and backward each, side by side on the
+    # threads: they wait for each other once a step, not at every operator, which keeps most of
+    # a second core beside another busy process (training/streams.py). The weights do not
+    # depend on how many threads ran the pieces. None: 2 where the model allows (all its
+    # dropout heedful's, no attention dropout or batch norm); 1: the whole batch on every thread
+    pieces: int | None = None
     # processes that collate batches ahead of the training step (torch DataLoader workers);
     # 0 collates in the training process. The batches are the same either way.
     data_workers: int = 0
@@ -189,7 +195,8 @@ class TrainConfig:
         if not 0 <= self.seed < 2**63:  # torch.manual_seed takes no more
             raise ConfigError(f"train.seed: must be in [0, 2**63), got {self.seed}")
         positive = ("batch_tokens", "max_steps", "max_epochs", "max_time", "lr", "eval_every",
-                    "log_every", "accumulate", "keep_best", "patience", "threads")  # fmt: skip
+                    "log_every", "accumulate", "keep_best", "patience", "threads",
+                    "pieces")  # fmt: skip
         for name in positive:
             _positive(f"train.{name}", getattr(self, name))
         for name in ("warmup_steps", "weight_decay", "clip_norm", "data_workers"):

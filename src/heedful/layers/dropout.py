@@ -9,22 +9,44 @@ measures the whole step with each (docs/benchmarks.md, "Where a training step's 
 The drop rate is p rounded to a multiple of 2⁻¹⁶ (0.1 becomes 0.100006), and the kept elements
 are scaled by the inverse of the rate actually used, so E[dropout(x)] = x exactly. The draws
 come from torch's default generator: torch.manual_seed makes runs repeat, and a resumed run's
-saved generator state continues the same masks. Other devices keep torch's fused kernel.
+saved generator state continues the same masks. A thread may draw from a generator of its own
+instead (`drawing_from`): training's pieces of a batch, run side by side on threads
+(training/streams.py), would otherwise take their masks from one generator in whatever order
+the threads reach it, and no two runs would repeat. Other devices keep torch's fused kernel.
 """
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 LEVELS = 1 << 16  # a 16-bit uniform number per element
+_thread = threading.local()  # .generator: this thread's own, while drawing_from is in force
+
+
+@contextmanager
+def drawing_from(generator: torch.Generator) -> Iterator[None]:
+    """The masks this thread draws inside the block come from `generator`, not torch's
+    default one (other threads go on as before)."""
+    previous = getattr(_thread, "generator", None)
+    _thread.generator = generator
+    try:
+        yield
+    finally:
+        _thread.generator = previous
 
 
 def random_halfwords(shape: torch.Size) -> torch.Tensor:
     """int16 tensor of `shape`, every value equally likely, four from each 64-bit draw."""
     n = shape.numel()
-    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # all 64 bits
+    generator = getattr(_thread, "generator", None)  # None: torch's default generator
+    words = torch.empty((n + 3) // 4, dtype=torch.int64)
+    words.random_(-(2**63), None, generator=generator)  # all 64 bits
     return words.view(torch.int16)[:n].view(shape)
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,7 @@ from heedful.training.distributed import ALONE, Distributed
 from heedful.training.interrupts import STOP_SIGNALS, StopSignals
 from heedful.training.output_loss import output_layer_loss
 from heedful.training.state import TrainProgress, TrainState
+from heedful.training.streams import Streams, backward_in_pieces, plan, split
 
 
 class TrainingError(ValueError):
@@ -110,15 +112,16 @@ def train(
     autocast = _autocast(config, device, echo if dist.is_main else None)
     shown = Progress(config.max_steps, p.step, progress and dist.is_main, as_run_log(echo))
     history, clock = [], _clock(p.seconds, dist, device)
-    cores = FreeCores.follow(config.threads) if dist.world_size == 1 else None  # cpu.py
+    streams, cores = _threads(config, model, device, dist, autocast, echo)
     reserve, saved_at = 0.0, p.step  # the latest validation's seconds; the step last saved
     model.train()
     with StopSignals(lambda signum: dist.latest(signum, device)) as stop:
         while (stopped_by := _limit_reached(config, stream, p, reserve, stop)) is None:
             shards = [stream.next() for _ in range(config.accumulate)]
-            loss_sum, tokens = _optimizer_step(
-                net, model, shards, state, config, dist, device, autocast
-            )
+            with streams.step():
+                loss_sum, tokens = _optimizer_step(
+                    net, model, shards, state, config, dist, device, autocast, streams
+                )
             _advance(p, stream, tokens, clock, cores, echo)
             _log(state, config, loss_sum * dist.world_size, tokens, shards, shown, log)
             if p.step % config.eval_every == 0:
@@ -141,6 +144,15 @@ def train(
     shown.close()
     model.eval()
     return TrainResult(p, stopped_by, history)
+
+
+def _threads(config: TrainConfig, model, device, dist: Distributed, autocast, echo):
+    """(the pieces of each batch and the threads that run them, training/streams.py; the free
+    cores the threads follow, cpu.FreeCores, or None): a batch that runs whole on every thread
+    follows them, pieces side by side keep every core."""
+    streams = plan(config.pieces, model, device, dist.world_size, _sliced(model, autocast), echo)
+    follow = dist.world_size == 1 and streams.side_by_side == 1
+    return streams, FreeCores.follow(config.threads) if follow else None
 
 
 def _batches(pairs: Pairs, config: TrainConfig, p: TrainProgress, dist: Distributed) -> BatchStream:
@@ -216,33 +228,28 @@ def _autocast(config: TrainConfig, device: str | torch.device, echo=None):
 
 
 def _optimizer_step(
-    net, model, shards: list[Shard], state, config, dist, device, autocast
+    net, model, shards: list[Shard], state, config, dist, device, autocast, streams: Streams
 ) -> tuple[float, int]:
     """One optimizer step over `accumulate` global batches -> (this rank's summed loss, the
     global batches' target tokens). Each rank's loss is its share of the global token mean, so
-    gradients match one process on the whole batch."""
+    gradients match one process on the whole batch. On a CPU each batch goes in pieces, side
+    by side in `streams` threads (training/streams.py)."""
     total_tokens = sum(shard.global_tokens for shard in shards)
     state.optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
-    # the output layer and the loss in slices (output_loss.py), where the model can and in
-    # float32 (bf16 autocast keeps the plain path)
-    sliced = isinstance(autocast, nullcontext) and defers_output_layer(model)
+    sliced = _sliced(model, autocast)
     for i, (batch, weight, _) in enumerate(shards):
-        src, tgt_in, tgt_out = batch.to(device)
+        batch = batch.to(device)
+        scale = weight * dist.world_size / total_tokens
+        if (parts := split(batch, streams.pieces)) is not None:
+            loss_of = partial(_loss, model, sliced, config.label_smoothing)
+            pieces_loss = backward_in_pieces(loss_of, model, parts, scale, streams.side_by_side)
+            loss_sum += pieces_loss * weight
+            continue
         sync = i == len(shards) - 1 or dist.world_size == 1
         with autocast, nullcontext() if sync else net.no_sync():
-            # states (B, T, D) and the output layer, or logits (B, T, V) from a model that
-            # cannot defer that layer (the pointer-generator) or was not asked to
-            out = net(src, tgt_in, project=False) if sliced else net(src, tgt_in)
-            if out.features is not None:
-                loss = output_layer_loss(
-                    out.features, out.output_layer, tgt_out, config.label_smoothing, PAD_ID
-                )
-            else:
-                loss = sequence_loss(out.logits, tgt_out, config.label_smoothing, "sum")
-            if out.penalty is not None:  # e.g. Show, Attend and Tell's attention regulariser
-                loss = loss + out.penalty
-            (loss * weight * dist.world_size / total_tokens).backward()
+            loss = _loss(net, sliced, config.label_smoothing, batch)
+            (loss * scale).backward()
         loss_sum += loss.item() * weight
     _check_loss("training", loss_sum, state.progress.step + 1, config)
     if config.clip_norm > 0:
@@ -250,6 +257,27 @@ def _optimizer_step(
     state.optimizer.step()
     state.scheduler.step()
     return loss_sum, total_tokens
+
+
+def _sliced(model: nn.Module, autocast) -> bool:
+    """Whether the output layer and the loss go in slices (output_loss.py): where the model can,
+    and in float32 (bf16 autocast keeps the plain path)."""
+    return isinstance(autocast, nullcontext) and defers_output_layer(model)
+
+
+def _loss(net, sliced: bool, label_smoothing: float, batch) -> torch.Tensor:
+    """The batch's summed (smoothed) token loss, and the model's regulariser if it has one."""
+    src, tgt_in, tgt_out = batch
+    # states (B, T, D) and the output layer, or logits (B, T, V) from a model that cannot
+    # defer that layer (the pointer-generator) or was not asked to
+    out = net(src, tgt_in, project=False) if sliced else net(src, tgt_in)
+    if out.features is not None:
+        loss = output_layer_loss(out.features, out.output_layer, tgt_out, label_smoothing, PAD_ID)
+    else:
+        loss = sequence_loss(out.logits, tgt_out, label_smoothing, "sum")
+    if out.penalty is not None:  # e.g. Show, Attend and Tell's attention regulariser
+        loss = loss + out.penalty
+    return loss
 
 
 def _record(state: TrainState, loss_sum: float, tokens: int, shards: list[Shard]) -> dict:
