@@ -43,15 +43,18 @@ SETTINGS = {  # None: the run's step count
 }
 
 
-def rate(config: Path, steps: int, skip: int, src: Path) -> float:
-    """Target tokens/s of one short run of `config` with heedful imported from `src`."""
+def rate(
+    config: Path, steps: int, skip: int, src: Path, args=("--threads", "2"), env=None
+) -> float:
+    """Target tokens/s of one short run of `config` with heedful imported from `src`, `args`
+    added to the command (by default 2 threads pinned) and `env` to the environment."""
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         command = [sys.executable, "-m", "heedful", "train", str(config), "--no-progress"]
-        command += ["--run-dir", str(run_dir), "--threads", "2"]
+        command += ["--run-dir", str(run_dir), *args]
         for key, value in SETTINGS.items():
             command += ["--set", f"{key}={value if value is not None else steps}"]
-        env = dict(os.environ, PYTHONPATH=str(src.resolve()))
+        env = dict(env if env is not None else os.environ, PYTHONPATH=str(src.resolve()))
         subprocess.run(command, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     steps_seen = [r for r in records if "tokens" in r]
