@@ -51,9 +51,10 @@ class Streams(NamedTuple):
     def step(self) -> Iterator[None]:
         """A whole optimizer step on each stream's share of torch's threads, the clipping and
         the update too: beside a busy process, a parallel region of two threads there would
-        wait for the one that shares its core, as the pieces no longer do. On the idle 2-core
-        EPYC, one thread for the update cost nothing measurable (the pieces with it trained
-        2,423 target tokens/s, a whole batch on two threads 2,397: a one-off harness)."""
+        wait for the one that shares its core, as the pieces no longer do. And on the idle
+        2-core EPYC, a first version that went back to two threads for the update every step
+        trained the tiny Transformer 0.95-0.97x as fast as whole batches; this one, 1.15x
+        (docs/benchmarks.md, "Pieces of a batch side by side")."""
         threads = torch.get_num_threads()
         each = max(1, threads // self.side_by_side)
         if each != threads:
