@@ -194,10 +194,10 @@ class TrainConfig:
         _choice("train.early_stopping_metric", self.early_stopping_metric, ("bleu", "chrf", "loss"))
         if not 0 <= self.seed < 2**63:  # torch.manual_seed takes no more
             raise ConfigError(f"train.seed: must be in [0, 2**63), got {self.seed}")
-        positive = ("batch_tokens", "max_steps", "max_epochs", "max_time", "lr", "eval_every",
-                    "log_every", "accumulate", "keep_best", "patience", "threads",
-                    "pieces")  # fmt: skip
-        for name in positive:
+        # each > 0 where given: the limits and intervals in steps or seconds, then the sizes
+        limits = ("max_steps", "max_epochs", "max_time", "eval_every", "log_every", "patience")
+        sizes = ("batch_tokens", "lr", "accumulate", "keep_best", "threads", "pieces")
+        for name in (*limits, *sizes):
             _positive(f"train.{name}", getattr(self, name))
         for name in ("warmup_steps", "weight_decay", "clip_norm", "data_workers"):
             _positive(f"train.{name}", getattr(self, name), allow_zero=True)
