@@ -221,13 +221,19 @@ def test_bad_config_stops_with_the_key_named(tmp_path):
     assert proc.returncode != 0 and "valid.src" in out and "valid.tgt" in out
 
 
+# torchrun's workers: a thread each (2 cores), and each thread's Python stack printed if one dies
+# by a signal (faulthandler): one CI run in about 45 saw a worker abort after training went well
+# ("terminate called without an active exception"), which a stack would place
+WORKERS = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+
+
 def test_two_process_torchrun_matches_one_process(tmp_path):
     """Each global batch split across 2 processes gives the same update as one process."""
     data = corpus(tmp_path)
     config = write_config(tmp_path, data, steps=8)
     run_ok("train", str(config), "--run-dir", str(tmp_path / "one"), "--no-progress")
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **WORKERS}
     proc = subprocess.run(
         [
             torchrun,
@@ -286,7 +292,7 @@ def test_processes_whose_clocks_disagree_stop_at_the_same_step(tmp_path):
             "--no-progress",
             *[arg for limit in limits for arg in ("--set", limit)],
         ],  # fmt: skip
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, **WORKERS},
         capture_output=True,
         text=True,
         timeout=120,

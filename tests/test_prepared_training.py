@@ -99,7 +99,14 @@ def free_port() -> int:
 
 def torchrun(*args: str, log: Path, **env: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "torch.distributed.run", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **env}
+    # faulthandler: a worker that dies by a signal prints each thread's Python stack
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONFAULTHANDLER": "1",
+        **env,
+    }
     return subprocess.Popen(  # a session of its own: ended with its workers (stop_all)
         command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
     )
