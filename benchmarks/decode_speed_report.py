@@ -62,7 +62,7 @@ def report(results: list[dict]) -> str:
                 )
     # the profile of the native run with the fewest threads: the least disturbed by other work
     profiled = min(results, key=lambda r: (r.get("cpu") or "", r["avx2"], r["threads"]))
-    lines += ["", _profile_table(profiled["profiles"], profiled["threads"]), END]
+    lines += ["", _profile_table(profiled), END]
     return "\n".join(lines)
 
 
@@ -79,15 +79,17 @@ def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
 
-def _profile_table(profiles: dict, threads: int) -> str:
+def _profile_table(result: dict) -> str:
+    """The profiled run's breakdown, with its CPU and date: the tables above come from several."""
+    profiles, threads = result["profiles"], result["threads"]
     first = next(iter(profiles.values()))
     rows = list(dict.fromkeys(r for p in profiles.values() for r in p["rows"]))
     header = " | ".join("greedy" if b == "1" else f"beam {b}" for b in profiles)
     lines = [
         f"Where heedful's search spends its time ({first['sentences']} sentences under "
-        f"torch.profiler, native, {threads} thread(s); each operator's own time in the "
-        "innermost part of the model it ran in, share of the wall time; the profiler inflates "
-        "the Python share):",
+        f"torch.profiler, native, {threads} thread(s), {result['date']}, {result['machine']}; "
+        "each operator's own time in the innermost part of the model it ran in, share of the "
+        "wall time; the profiler inflates the Python share):",
         "",
         f"| part | {header} |",
         "|---|" + "---:|" * len(profiles),
