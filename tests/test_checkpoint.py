@@ -1,6 +1,8 @@
 """Model directories: round trip, atomic writes, averaging, and refusing pickles unexecuted."""
 
 import pickle
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -15,7 +17,7 @@ from heedful.checkpoint.model_dir import (
 )
 from heedful.config import DecoderConfig, ModelConfig, TextEncoderConfig
 from heedful.data.tokenizers import CharTokenizer
-from heedful.models.build import build_model
+from heedful.models.build import build_model, build_skeleton
 
 CONFIGS = [
     ModelConfig(
@@ -53,6 +55,29 @@ def test_round_trip_gives_identical_weights_and_settings(tmp_path, config):
         assert torch.equal(a, b), name
     if config.decoder.tie_embeddings:
         assert loaded.model.decoder.generator.weight is loaded.model.decoder.embed.tokens.weight
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_skeleton_has_the_models_every_shape_on_the_meta_device(config):
+    model, skeleton = build_model(config, 30, 30), build_skeleton(config, 30, 30)
+    built = {n: t.shape for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    meta = {n: t.shape for n, t in [*skeleton.named_parameters(), *skeleton.named_buffers()]}
+    assert meta == built
+    assert all(t.is_meta for t in [*skeleton.parameters(), *skeleton.buffers()])
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_loading_a_model_directory_does_not_import_torch_dynamo(tmp_path, config):
+    """Shapes checked on the meta device must not run torch's Python decompositions, whose
+    first call imports torch._dynamo: 71 MiB and a second more for every command."""
+    _save(tmp_path / "m", config)
+    code = (
+        "import sys; from heedful.checkpoint.model_dir import load_model_dir; "
+        f"load_model_dir({str(tmp_path / 'm')!r}); print('torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 class Boom:

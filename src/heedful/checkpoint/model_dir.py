@@ -254,7 +254,7 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     built on the meta device (no memory), against the safetensors header, tensor by tensor;
     the tokenizers against the vocabulary sizes. Then the weights load and are checked finite.
     """
-    from heedful.models.build import build_model
+    from heedful.models.build import build_model, build_skeleton
 
     directory = Path(directory)
     meta, model_config = read_model_config(directory)
@@ -262,8 +262,7 @@ def load_model_dir(directory: str | Path) -> LoadedModel:
     # count): build_model reads src_vocab_size for token encoders only
     sizes = (meta.get("src_vocab_size", 0), meta["tgt_vocab_size"])
     try:
-        with torch.device("meta"):
-            skeleton = build_model(model_config, *sizes)
+        skeleton = build_skeleton(model_config, *sizes)
     except (RuntimeError, ValueError) as error:
         raise CheckpointError(
             f"{directory / 'config.json'}: cannot build the model it describes ({error})"

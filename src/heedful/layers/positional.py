@@ -34,7 +34,11 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_positions: int = 512):
         super().__init__()
         self.d_model = d_model
-        self.register_buffer("table", sinusoidal_encoding(max_positions, d_model), persistent=False)
+        if torch.get_default_device().type == "meta":  # a skeleton (models/build.py): shape only
+            table = torch.empty(max_positions, d_model)  # computing it there imports dynamo
+        else:
+            table = sinusoidal_encoding(max_positions, d_model)
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """x: (B, L, D) embeddings of positions offset..offset+L-1 -> x + PE"""

@@ -8,7 +8,9 @@ both read (widths, heads, dropout, the RNN cell) is in model itself.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from heedful.config import ModelConfig
 from heedful.models.encoder_decoder import EncoderDecoder
@@ -121,3 +123,27 @@ def build_model(
     model = EncoderDecoder(encoder, decoder, c.decoder.attention_penalty)
     model.config = config  # a plain attribute: not a parameter, not in the state dict
     return model
+
+
+def build_skeleton(
+    config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0
+) -> EncoderDecoder:
+    """The model `config` describes on the meta device: every shape, no memory, no values, to
+    check a weights file against before anything is allocated."""
+    with torch.device("meta"), _NoInitialisers():
+        return build_model(config, src_vocab_size, tgt_vocab_size, pad_id)
+
+
+class _NoInitialisers(TorchFunctionMode):
+    """Skips torch.nn.init's functions on meta tensors, which have no values to draw. Not only
+    time: torch runs some of them (normal_) on the meta device through Python decompositions
+    whose first call imports torch._dynamo, 71 MiB and a second of start-up for every command
+    that loads a model directory."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            tensor = args[0] if args else kwargs.get("tensor")  # torch passes it either way
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor  # each of them returns the tensor it filled
+        return func(*args, **kwargs)
