@@ -167,6 +167,27 @@ def test_a_state_reorders_copies_and_pickles():
             torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
+def test_a_reordered_cache_keeps_room_for_one_more_position_only():
+    """Beam search reorders every step, so room past the next position would never be used:
+    the doubled capacity there was half of beam 5's peak memory. Appending into that room
+    still gives teacher forcing's numbers."""
+    model, src = transformer64(), torch.randint(4, 20, (2, 5))
+    tokens = [BOS, *torch.randint(3, 15, (19,)).tolist()]  # past a first capacity of 16
+    with torch.no_grad():
+        memory = model.encode(src)
+        state, swap, sources = model.init_state(memory), torch.tensor([1, 0]), torch.arange(2)
+        for t, token in enumerate(tokens):
+            if t:  # the rows trade places, as beams do
+                state, memory = state.index_select(swap), memory.index_select(swap)
+                sources = sources[swap]
+                for cache in state.self_kv if t > 1 else ():  # a cache from step 2 on
+                    assert cache.length == t and cache.buffers[0].size(2) == t + 1
+            log_probs, state, _ = model.decode_step(memory, state, torch.full((2,), token))
+    for row, source in enumerate(sources.tolist()):
+        want = teacher_forced(model, src[source : source + 1], tokens)
+        torch.testing.assert_close(log_probs[row], want, atol=1e-10, rtol=0)
+
+
 def per_row(state: TransformerState) -> TransformerState:
     """The state with its sources' keys, values and mask copied for every decode row, as
     before rows shared them: what sharing must compute the same as."""
