@@ -3,6 +3,7 @@ CPU's figures never overwrite another's in docs/benchmarks.md."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,31 @@ def test_every_benchmark_script_imports():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "decode_speed_report" in names and "profile_training" in names
+
+
+def quality_result(config: str, bleu: float, cpu: str | None) -> dict:
+    """A result of benchmarks/multi30k_quality.py with the fields its report reads."""
+    return {
+        "config": config, "cpu": cpu, "seed": 1, "date": "2026-12-06", "machine": "m",
+        "command": "c", "budget_seconds": 1800.0, "budget_steps": None, "load": None,
+        "steps": 100, "epochs": 1, "target_tokens_per_second": 10, "precision": "float32",
+        "bleu": bleu, "chrf": 1.0, "ter": 1.0, "signature": "s", "beam": 5,
+        "by_length": [{"bucket": "1-10", "sentences": 1, "bleu": bleu}],
+    }  # fmt: skip
+
+
+def test_each_cpus_quality_section_reports_its_own_runs_only(tmp_path, monkeypatch):
+    import multi30k_report
+
+    monkeypatch.setattr(multi30k_report, "RESULTS", tmp_path)
+    for name, result in {
+        "multi30k-transformer-tiny.json": quality_result("transformer-tiny", 38.77, None),
+        "multi30k-transformer-tiny-zen4.json": quality_result("transformer-tiny", 39.04, "zen4"),
+    }.items():
+        (tmp_path / name).write_text(json.dumps(result))
+    default, zen4 = multi30k_report.report(None), multi30k_report.report("zen4")
+    assert "38.77" in default and "39.04" not in default
+    assert "39.04" in zen4 and "38.77" not in zen4
+    assert "bottleneck.png" in default and "bottleneck.png" not in zen4  # drawn from default
+    assert zen4.startswith("<!-- multi30k-quality-zen4:begin -->\n## Multi30k quality")
+    assert default.startswith("<!-- multi30k-quality:begin -->\n## Multi30k quality")
