@@ -20,6 +20,7 @@ import torch
 from heedful.models.base import Seq2SeqModel
 from heedful.search.decoding import Hypothesis, max_output_lengths
 from heedful.search.prefix import force, prefix_tensor
+from heedful.search.topk import row_topk
 
 
 def gnmt_length_penalty(length, alpha: float):
@@ -139,7 +140,7 @@ def _extend_each_beam_first(scores, log_probs, step: int, rows) -> Ends:
     """
     b, k = scores.shape
     n = min(2 * k, log_probs.size(-1))
-    top, token = log_probs.topk(n, dim=1)  # (B·K, n) each beam's best, best first
+    top, token = row_topk(log_probs, n)  # (B·K, n) each beam's best, best first
     total = (scores.reshape(-1, 1) + top).view(b, k * n)  # (B, K·n)
     best, flat = total.topk(min(2 * k, k * n), dim=1)  # (B, 2K)
     tokens = token.view(b, k * n).gather(1, flat)  # (B, 2K)

@@ -1,0 +1,72 @@
+"""search/topk.py: the k best of each row through block maxima must be what torch.topk finds,
+value for value, on every kind of row a search can produce."""
+
+import pytest
+import torch
+
+from heedful.search.topk import BLOCK, row_topk
+
+
+def assert_same_as_topk(x: torch.Tensor, k: int) -> None:
+    values, indices = row_topk(x, k)
+    want = x.topk(k, dim=1).values
+    torch.testing.assert_close(values, want, atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(x.gather(1, indices), values, atol=0, rtol=0, equal_nan=True)
+    assert all(len(set(row)) == k for row in indices.tolist())  # k distinct entries a row
+
+
+@pytest.mark.parametrize("width", [40 * BLOCK, 40 * BLOCK + 17, 8000, 3 * BLOCK])
+@pytest.mark.parametrize("k", [1, 2, 10])
+def test_random_rows_give_torchs_values_and_their_places(width, k):
+    generator = torch.Generator().manual_seed(width + k)
+    x = torch.randn(37, width, generator=generator, dtype=torch.float64)
+    assert_same_as_topk(x, k)
+    assert_same_as_topk(x.float().log_softmax(-1), k)
+
+
+def test_the_best_entries_in_one_block_or_in_the_tail_are_found():
+    x = torch.randn(4, 40 * BLOCK + 5)
+    x[0, 7 * BLOCK : 7 * BLOCK + 10] = 50.0 + torch.arange(10.0)  # all ten in one block
+    x[1, -5:] = 100.0  # the tail that fills no block
+    x[2, ::BLOCK] = 10.0  # one each in ten blocks' first places
+    x[3, BLOCK - 1 :: BLOCK] = 10.0  # and last places
+    assert_same_as_topk(x, 10)
+
+
+def test_ties_masks_and_nan_give_the_same_values():
+    generator = torch.Generator().manual_seed(0)
+    ties = torch.randint(0, 3, (16, 50 * BLOCK), generator=generator).float()  # many equal
+    masked = torch.randn(16, 50 * BLOCK, generator=generator)
+    masked[:, ::2] = float("-inf")  # a forced prefix leaves one token, the rest -inf
+    masked[3] = float("-inf")
+    masked[3, 1234] = 0.0
+    with_nan = torch.randn(16, 50 * BLOCK, generator=generator)
+    with_nan[5, 300] = float("nan")
+    for x in (ties, masked, with_nan, -torch.ones(16, 50 * BLOCK)):
+        assert_same_as_topk(x, 10)
+
+
+def test_narrow_rows_and_integers_take_torchs_own_topk():
+    assert_same_as_topk(torch.randn(3, 15), 10)
+    x = torch.randint(0, 100, (3, 100 * BLOCK))
+    torch.testing.assert_close(row_topk(x, 5)[0], x.topk(5, dim=1).values)
+
+
+def test_beam_search_over_a_wide_vocabulary_finds_what_torchs_topk_finds(monkeypatch):
+    """3,000 target tokens at beam 5: each beam's 10 best go through the blocks."""
+    from heedful.config import DecoderConfig, ModelConfig
+    from heedful.models.build import build_model
+    from heedful.search import beam
+
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=16, num_heads=2, d_ff=32, dropout=0.0, decoder=DecoderConfig())
+    model = build_model(config, 50, 3000).eval()  # its beams run to the length limit
+    src = torch.randint(4, 50, (6, 7))
+    with torch.no_grad():
+        found = beam.beam_search(model, src, 1, 2, beam_size=5, n_best=3)
+        monkeypatch.setattr(beam, "row_topk", lambda x, k: x.topk(k, dim=1))
+        want = beam.beam_search(model, src, 1, 2, beam_size=5, n_best=3)
+    assert [[h.tokens for h in hs] for hs in found] == [[h.tokens for h in hs] for hs in want]
+    for hs, ws in zip(found, want):
+        torch.testing.assert_close([h.score for h in hs], [w.score for w in ws])
+    assert any(len(h.tokens) > 2 for hs in found for h in hs)  # the searches went some way
