@@ -66,9 +66,10 @@ class KVCache(tuple):
         """Rows `index` of the filled positions, gathered into new buffers with room for one
         more position. Not the old capacity: beam search gathers every step, so the room that
         doubling keeps for later appends is never used there, and it was half the peak memory
-        of beam 5 (two batches in flight, 3 layers, 320 rows: up to 126 MiB a batch at 64)."""
+        of beam 5 (two batches in flight, 3 layers, 320 rows: up to 126 MiB a batch at a
+        capacity of 64 positions)."""
         t = self.length
-        b, h, _, d = self.buffers[0].shape
+        _, h, _, d = self.buffers[0].shape  # (B, H_kv, capacity, D/H)
         bufs = [buf.new_empty(len(index), h, t + 1, d) for buf in self.buffers]
         for new, old in zip(bufs, self.buffers):
             torch.index_select(old[:, :, :t], 0, index, out=new[:, :, :t])
