@@ -4,7 +4,9 @@
 
 torch's F.linear (MKL's sgemm on x86, on every vendor's CPU) against oneDNN's inner product
 called through torch (torch._C._nn.mkldnn_linear, what torch.utils.mkldnn uses; CTranslate2
-picks oneDNN on any CPU that is not GenuineIntel) and numpy's OpenBLAS (1 thread only: its
+picks oneDNN on any CPU that is not GenuineIntel), oneDNN with the weight reordered once into
+its own layout (what heedful's decoding multiplies by on such CPUs: layers/products.py; the
+input and output stay ordinary tensors) and numpy's OpenBLAS (1 thread only: its
 threads follow OPENBLAS_NUM_THREADS, set to 1 here), on the shapes greedy and beam-5 decoding
 multiply (64 or 320 rows) and one training shape. GFLOP/s, the median of 7 timings.
 """
@@ -23,6 +25,8 @@ from pathlib import Path
 os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy loads OpenBLAS
 
 from report import machine, variant, write_section  # benchmarks/report.py  # noqa: E402
+
+from heedful.layers.products import PACKED_ROWS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "decode-gemm.json"
@@ -57,11 +61,17 @@ def one_shape(m: int, k: int, n: int, threads: int) -> dict:
     def onednn():
         return torch._C._nn.mkldnn_linear(x.to_mkldnn(), w, b).to_dense()
 
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, PACKED_ROWS)  # as layers/products.py
+
+    def onednn_packed():
+        return torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+
     return {
         "threads": threads,
         "shape": [m, k, n],
         "torch_linear": rate(lambda: F.linear(x, w, b), flops),
         "onednn": rate(onednn, flops),
+        "onednn_packed": rate(onednn_packed, flops),
         "numpy": rate(lambda: xn @ wn, flops) if threads == 1 else None,
     }
 
@@ -81,13 +91,16 @@ def report(result: dict, begin: str, end: str) -> str:
         "",
         "GFLOP/s (2 per multiply-add), rows x inner x outputs; numpy with 1 thread only.",
         "",
-        "| threads | shape | torch F.linear (MKL) | oneDNN through torch | numpy (OpenBLAS) |",
-        "|---:|---|---:|---:|---:|",
+        "| threads | shape | torch F.linear (MKL) | oneDNN through torch | oneDNN, packed weight"
+        " | numpy (OpenBLAS) |",
+        "|---:|---|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
-        numpy = "–" if r["numpy"] is None else f"{r['numpy']:.1f}"
+        numpy, packed = (
+            "–" if r.get(key) is None else f"{r[key]:.1f}" for key in ("numpy", "onednn_packed")
+        )
         shape = "x".join(map(str, r["shape"]))
-        cells = f"{r['torch_linear']:.1f} | {r['onednn']:.1f} | {numpy}"
+        cells = f"{r['torch_linear']:.1f} | {r['onednn']:.1f} | {packed} | {numpy}"
         lines.append(f"| {r['threads']} | {shape} | {cells} |")
     return "\n".join([*lines, end])
 

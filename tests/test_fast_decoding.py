@@ -12,7 +12,7 @@ from test_decoding import RowCounter  # counts the rows each step decodes
 
 from heedful.config import DecoderConfig, ModelConfig, ViTEncoderConfig
 from heedful.layers.attention import MultiHeadAttention
-from heedful.layers.stacked import stacked_weights
+from heedful.layers.products import stacked_weights
 from heedful.models.build import build_model
 from heedful.models.transformer_state import KVCache, TransformerState
 from heedful.search.beam import beam_search
@@ -304,9 +304,7 @@ def test_a_search_after_a_fused_optimizer_step_sees_the_new_weights(arch):
     tgt = torch.randint(4, 15, (3, 5))
     model.train()(src, tgt).logits.logsumexp(-1).mean().backward()
     optimizer.step()
-    fresh = copy.deepcopy(model).eval()  # no stacked copies: the weights as they are
-    for m in fresh.modules():
-        m.__dict__.pop("_stacked_weights", None)
+    fresh = copy.deepcopy(model).eval()  # no kept copies (products.py): the weights as they are
     with torch.no_grad():
         got = model.eval()(src, tgt).logits
         want = fresh(src, tgt).logits

@@ -276,14 +276,24 @@ def reuse_freed_memory(environ=None) -> bool:
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags as Linux names them in /proc/cpuinfo (empty elsewhere)."""
+    return set(_cpuinfo_field(("flags", "Features")).split())
+
+
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"); empty where unknown."""
+    return _cpuinfo_field(("vendor_id",)).strip()
+
+
+def _cpuinfo_field(names: tuple[str, ...]) -> str:
+    """The first core's value of the first /proc/cpuinfo line that starts with one of names."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return set()
+        return ""
     for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[1].split())
-    return set()
+        if line.startswith(names):
+            return line.split(":", 1)[1]
+    return ""
 
 
 def bf16_missing(flags: set[str] | None = None) -> str | None:

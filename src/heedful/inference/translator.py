@@ -24,6 +24,7 @@ from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
 from heedful.inference.engine import PICTURES, Capabilities, check_supported
 from heedful.inference.quantize import check_quantize, quantize_int8
 from heedful.inference.translation import Translation, blank_outputs
+from heedful.layers.products import keep_products
 from heedful.models.base import Seq2SeqOutput
 from heedful.models.ensemble import Ensemble
 from heedful.search.decoding import Hypothesis
@@ -107,6 +108,7 @@ class Translator:
             loaded.pairs if loaded.target_tokens else None,
         )
         translator.training = loaded.training  # how it was trained, which traces say
+        keep_products(model)  # its weights are fixed: packed once, not for every batch
         return translator
 
     @property

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from heedful.layers.dropout import dropout
-from heedful.layers.stacked import stacked_weights
+from heedful.layers.products import apply, product
 
 # ---------------------------------------------------------------------------------------------
 # Masks: built here and nowhere else.
@@ -185,16 +185,16 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """K W_K and V W_V split into heads, (B, H_kv, Lk, D/H) each. Decoders cache these."""
-        if keys is values and (fused := stacked_weights(self, self.parts("k", "v"))) is not None:
-            k, v = F.linear(keys, *fused).chunk(2, dim=-1)  # one product: (B, Lk, 2 H_kv D/H)
+        if keys is values and (kv := product(self, self.parts("k", "v"), keys)) is not None:
+            k, v = kv.chunk(2, dim=-1)  # one product: (B, Lk, 2 H_kv D/H)
             return self.split_heads(k), self.split_heads(v)
         return self.split_heads(self.w_k(keys)), self.split_heads(self.w_v(values))
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Self-attention's Q, K, V of x (B, L, D) split into heads, (B, H or H_kv, L, D/H)."""
-        if (fused := stacked_weights(self, self.parts("q", "k", "v"))) is not None:
+        if (qkv := product(self, self.parts("q", "k", "v"), x)) is not None:
             d_kv = self.num_kv_heads * self.d_head  # one product: (B, L, D + 2 H_kv D/H)
-            q, k, v = F.linear(x, *fused).split([self.d_model, d_kv, d_kv], dim=-1)
+            q, k, v = qkv.split([self.d_model, d_kv, d_kv], dim=-1)
             return self.split_heads(q), self.split_heads(k), self.split_heads(v)
         k, v = self.project_kv(x, x)  # unstacked (int8, hooks): K, V first, as in forward()
         return self.split_heads(self.w_q(x)), k, v
@@ -223,7 +223,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of `query` over already projected heads k, v (B, H_kv, Lk, D/H)."""
-        q = self.split_heads(self.w_q(query))  # (B, H, Lq, D/H)
+        q = self.split_heads(apply(self, "w_q", query))  # (B, H, Lq, D/H)
         return self.attend_heads(q, k, v, mask, need_weights)
 
     def attend_heads(
@@ -248,7 +248,7 @@ class MultiHeadAttention(nn.Module):
         else:
             out, weights = _fused_attention(q, k, v, mask, p), None
         out = out.transpose(1, 2).reshape(b, lq, self.d_model)  # merge heads: (B, Lq, D)
-        return self.w_o(out), weights
+        return apply(self, "w_o", out), weights
 
 
 def _fused_attention(q, k, v, mask: torch.Tensor | None, dropout_p: float) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from heedful.layers.stacked import forget_stacked
+from heedful.layers.products import forget_products, keep_products
 from heedful.models.base import Memory, Seq2SeqOutput, StepAttention
 
 
@@ -39,6 +39,12 @@ class EncoderDecoder(nn.Module):
         self.pad_id = decoder.pad_id
         self.attention_penalty = attention_penalty
 
+    def train(self, mode: bool = True) -> EncoderDecoder:
+        """Training mode also ends keep_products: the optimizer will change the weights."""
+        if mode:
+            keep_products(self, False)
+        return super().train(mode)
+
     def source_lengths(self, src: torch.Tensor) -> torch.Tensor:
         return self.encoder.source_lengths(src)
 
@@ -48,7 +54,7 @@ class EncoderDecoder(nn.Module):
 
     def encode(self, src: torch.Tensor, need_weights: bool = False) -> Memory:
         """src (B, S) ids or (B, 3, H, W) pixels -> memory (B, S, D)"""
-        forget_stacked(self)  # a search's weights are fixed from here on (stacked.py)
+        forget_products(self)  # a search's weights are fixed from here on (products.py)
         return self.encoder(src, need_weights)
 
     def init_state(self, memory: Memory):

@@ -27,6 +27,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from heedful.layers.attention import attend, padding_mask
 from heedful.layers.dropout import Dropout
+from heedful.layers.products import apply
 from heedful.layers.rnn_attention import LuongLocalAttention
 from heedful.layers.scores import RNN_ATTENTIONS, SCORES
 from heedful.models.base import AttentionMaps, Hidden, Memory, Seq2SeqOutput, StepAttention
@@ -231,7 +232,7 @@ class AttentionDecoder(nn.Module):
         features = self.dropout(attentional)  # (B, T, N)
         if not project:
             return features, state, steps
-        logits = self.generator(features)  # (B, T, V)
+        logits = apply(self, "generator", features)  # (B, T, V)
         if self.copy_gate is not None:  # log P(w) of the pointer-generator, not logits
             p_gen = self.copy_gate(steps.contexts, steps.states, emb)  # (B, T, 1)
             logits = pointer_mixture(logits, p_gen, steps.weights, memory.src)

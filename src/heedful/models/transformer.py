@@ -18,6 +18,7 @@ from torch import nn
 from heedful.layers.attention import MultiHeadAttention, causal_mask, padding_mask
 from heedful.layers.dropout import Dropout
 from heedful.layers.positional import POSITIONAL_ENCODINGS
+from heedful.layers.products import apply
 from heedful.models.base import AttentionMaps, Memory, Seq2SeqOutput, StepAttention
 from heedful.models.transformer_state import KV, KVCache, TransformerState
 
@@ -32,7 +33,9 @@ class FeedForward(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        _, relu, dropout, _ = self.net  # net.0 is W1, net.3 W2 (the state dict's names)
+        hidden = relu(apply(self.net, "0", x))  # max(0, x W1 + b1)
+        return apply(self.net, "3", dropout(hidden))  # · W2 + b2
 
 
 class Residual(nn.Module):
@@ -233,7 +236,7 @@ class TransformerDecoder(nn.Module):
             self_ws.append(self_w)
             cross_ws.append(cross_w)
         x = self.norm(x)
-        out = self.generator(x) if project else x  # (B, T, V) or (B, T, D)
+        out = apply(self, "generator", x) if project else x  # (B, T, V) or (B, T, D)
         if not need_weights:
             return out, new_past, None, None
         return out, new_past, torch.stack(self_ws, 1), torch.stack(cross_ws, 1)  # (B, L, H, T, *)

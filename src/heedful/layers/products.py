@@ -1,0 +1,168 @@
+"""The products of nn.Linear layers at inference: stacked, and packed for oneDNN on the CPU.
+
+Stacked: several layers that read one input multiplied as one, y = x [W_1; W_2; ..]ᵀ + b.
+Decoding multiplies thin inputs (a 64-sentence batch is a (64, 256) matrix per step), where
+each call costs about as much as its arithmetic: the Q, K and V projections of self-attention
+as one product instead of three saves two calls per layer and step. Training stacks the
+weights afresh at every call with torch.cat, whose backward hands each weight its own slice
+of the gradient (3-4% faster steps on the Multi30k Transformer: benchmarks/profile_training.py).
+
+Packed: torch multiplies float32 through the BLAS it was built with (MKL on x86), which on
+CPUs other than Intel's ran decoding's thin products at two thirds of the rate oneDNN reaches
+with the weight reordered once into its own blocked layout (a 64 x 256 x 8,000 output layer
+on an AMD EPYC: 76 against 108 GFLOP/s, 8 rows 51 against 99; benchmarks/decode_gemm.py).
+CTranslate2 makes the same choice: MKL on Intel's CPUs, oneDNN elsewhere (`packed_products`).
+Packed products have no backward, so only a product without autograd (search, a no_grad
+forward) takes them.
+
+Without autograd the copies (stacked, packed) are kept for the module that owns the layers, in
+a table beside it (not on it: a packed tensor can be neither copied nor saved, and state dicts
+and parameter names stay as they are), under a key of the weights' addresses and in-place
+versions; the entry holds the weights' storages, so no address is reused while it is kept.
+load_state_dict, a new Parameter or .to() thus make new copies. The key alone is not enough:
+a fused optimizer (Adam(fused=True)) and writes through `.data` change weights in place
+without bumping their versions, so every encode drops the copies first (`forget_products`):
+a search's weights are fixed from its encode on, and the copies are made once per search.
+A model whose weights are fixed for good (`keep_products`: a Translator's model, loaded from
+a directory) keeps them from one search to the next, until it is put in training mode.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules import module as hooks
+
+from heedful.cpu import cpu_vendor
+
+CHOICE = "HEEDFUL_CPU_PRODUCTS"  # onednn | blas: the user's choice over packed_products' own
+_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # owner -> {names: entry}
+_kept: weakref.WeakSet = weakref.WeakSet()  # models whose copies outlive a search
+PACKED_ROWS = 64  # the row count oneDNN chooses the weight's layout for: a decoding batch
+
+
+def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor):
+    """x [W_1; ..]ᵀ + b for owner's Linear layers `parts` in their order (the missing biases
+    as zeros), through the copies kept for owner without autograd; None where one product
+    would skip a layer's own call (`stacked_weights`), for the caller to call the layers."""
+    if (stacked := stacked_weights(owner, parts)) is None:
+        return None
+    if torch.is_grad_enabled() or not _may_pack(x, stacked[0]):
+        return F.linear(x, *stacked)
+    entry = _copies[owner][tuple(parts)]
+    if entry["packed"] is None:
+        entry["packed"] = torch.ops.mkldnn._reorder_linear_weight(stacked[0], PACKED_ROWS)
+    return torch.ops.mkldnn._linear_pointwise(x, entry["packed"], stacked[1], "none", [], "")
+
+
+def apply(owner: nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
+    """owner's Linear layer `name` (an attribute of owner) applied to x, as `product` does it
+    where it can, else by calling the layer."""
+    layer = getattr(owner, name)
+    y = product(owner, {name: layer}, x)
+    return layer(x) if y is None else y
+
+
+def stacked_weights(owner: nn.Module, parts: dict[str, nn.Module]):
+    """(weight (n·D_out, D_in), bias or None) of owner's Linear layers `parts` stacked in their
+    order, the missing biases as zeros, kept for `owner` under the parts' names (owner declares
+    them: MultiHeadAttention.parts); None when a layer is not a plain nn.Linear (int8 quantized
+    layers multiply on their own) or has forward hooks (the viewer records Q, K and V with
+    them), since one product would skip the layers' own calls."""
+    names, layers = tuple(parts), list(parts.values())
+    if any(type(x) is not nn.Linear or _hooked(x) for x in layers):
+        return None
+    if torch.is_grad_enabled():  # training: a fresh, differentiable stack every call
+        return _stack(layers)
+    tensors = [t for layer in layers for t in (layer.weight, layer.bias) if t is not None]
+    key = [(t.data_ptr(), t._version, t.dtype, t.device, t.shape) for t in tensors]
+    kept = _copies.setdefault(owner, {})
+    if names not in kept or kept[names]["key"] != key:
+        held = [t.detach() for t in tensors]  # keeps the storages, hence the addresses
+        kept[names] = {"key": key, "stacked": _stack(layers), "held": held, "packed": None}
+    return kept[names]["stacked"]
+
+
+def forget_products(model: nn.Module) -> None:
+    """Drop every copy kept for `model`'s modules (the next call makes them again), unless
+    `keep_products` fixed its weights."""
+    if model not in _kept:
+        for module in model.modules():
+            _copies.pop(module, None)
+
+
+def keep_products(model: nn.Module, keep: bool = True) -> None:
+    """Whether the copies of `model` and its modules (an ensemble's members too) are kept from
+    one search to the next: its weights will not change in place (a Translator's model).
+    keep=False drops them, as training mode does."""
+    for module in model.modules():
+        if keep:
+            _kept.add(module)
+        else:
+            _kept.discard(module)
+            _copies.pop(module, None)
+
+
+def _may_pack(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether this product goes through oneDNN's packed weights: float32 on the CPU, outside
+    autocast (whose lower precision the packed product would skip), where cpu.py chose it."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and not torch.is_autocast_enabled("cpu")
+        and torch.backends.mkldnn.enabled
+        and _packs_here()
+    )
+
+
+def packed_products(environ=None, vendor: str | None = None, machine: str | None = None) -> bool:
+    """Whether float32 products without autograd go through oneDNN's packed weights here:
+    as HEEDFUL_CPU_PRODUCTS says (onednn, blas) where it is set, else on an x86 CPU that is
+    not Intel's. Intel's CPUs keep MKL, their vendor's own library (and CTranslate2's choice
+    there); other architectures keep their BLAS: neither was measured against oneDNN here.
+    Never where this torch was built without oneDNN."""
+    environ = os.environ if environ is None else environ
+    choice = environ.get(CHOICE, "").strip().lower()
+    if choice not in ("", "onednn", "blas"):
+        raise ValueError(
+            f"{CHOICE}={environ[CHOICE]!r}: choose onednn or blas (unset: oneDNN on x86 CPUs "
+            "other than Intel's, the BLAS elsewhere)"
+        )
+    if not torch.backends.mkldnn.is_available() or choice == "blas":
+        return False
+    if choice == "onednn":
+        return True
+    vendor = cpu_vendor() if vendor is None else vendor
+    machine = platform.machine().lower() if machine is None else machine
+    return machine in ("x86_64", "amd64") and vendor not in ("", "GenuineIntel")
+
+
+@functools.cache
+def _packs_here() -> bool:
+    return packed_products()
+
+
+def _stack(layers: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if len(layers) == 1:
+        return layers[0].weight, layers[0].bias
+    weight = torch.cat([layer.weight for layer in layers])  # (n·D_out, D_in)
+    if all(layer.bias is None for layer in layers):
+        return weight, None
+    zeros = layers[0].weight.new_zeros  # the key projection has no bias
+    return weight, torch.cat([zeros(x.out_features) if x.bias is None else x.bias for x in layers])
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether calling the module runs hooks that multiplying by its weight would skip."""
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or hooks._global_forward_hooks
+        or hooks._global_forward_pre_hooks
+    )
