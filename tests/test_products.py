@@ -36,7 +36,7 @@ def packing(monkeypatch):
 
 
 def packed_entry(owner: nn.Module, *names: str):
-    return products._copies[owner][names]["packed"]
+    return products._copies.get(owner, {}).get(names, {}).get("packed")
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -57,6 +57,24 @@ def test_a_packed_product_equals_the_float64_product(packing, shape, bias):
     assert got.shape == (*shape[:-1], 48) and got.dtype == torch.float32
     want = reference(x, owner.layer.weight, owner.layer.bias)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("way", ["packed", "blas", "hooked"])
+def test_relu_follows_the_product_on_every_path(monkeypatch, way):
+    """The feed-forward's max(0, x W1 + b1): oneDNN's post-op where packed, else after it."""
+    monkeypatch.setattr(products, "_packs_here", lambda: way == "packed")
+    torch.manual_seed(4)
+    owner = nn.Module()
+    owner.layer = nn.Linear(16, 24)
+    if way == "hooked":
+        owner.layer.register_forward_hook(lambda m, i, o: None)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        got = apply(owner, "layer", x, relu=True)
+    want = reference(x, owner.layer.weight, owner.layer.bias).clamp(min=0)
+    assert (want == 0).any() and (want > 0).any()
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert (packed_entry(owner, "layer") is not None) == (way == "packed")
 
 
 def test_a_strided_input_and_stacked_parts_are_multiplied_right(packing):

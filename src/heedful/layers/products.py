@@ -47,26 +47,30 @@ _kept: weakref.WeakSet = weakref.WeakSet()  # models whose copies outlive a sear
 PACKED_ROWS = 64  # the row count oneDNN chooses the weight's layout for: a decoding batch
 
 
-def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor):
+def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu=False):
     """x [W_1; ..]ᵀ + b for owner's Linear layers `parts` in their order (the missing biases
-    as zeros), through the copies kept for owner without autograd; None where one product
-    would skip a layer's own call (`stacked_weights`), for the caller to call the layers."""
+    as zeros), through the copies kept for owner without autograd, then max(0, ·) with relu
+    (in the same pass where packed); None where one product would skip a layer's own call
+    (`stacked_weights`), for the caller to call the layers."""
     if (stacked := stacked_weights(owner, parts)) is None:
         return None
     if torch.is_grad_enabled() or not _may_pack(x, stacked[0]):
-        return F.linear(x, *stacked)
+        y = F.linear(x, *stacked)
+        return F.relu(y) if relu else y
     entry = _copies[owner][tuple(parts)]
     if entry["packed"] is None:
         entry["packed"] = torch.ops.mkldnn._reorder_linear_weight(stacked[0], PACKED_ROWS)
-    return torch.ops.mkldnn._linear_pointwise(x, entry["packed"], stacked[1], "none", [], "")
+    post = "relu" if relu else "none"  # oneDNN's post-op, applied as each block is written
+    return torch.ops.mkldnn._linear_pointwise(x, entry["packed"], stacked[1], post, [], "")
 
 
-def apply(owner: nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
-    """owner's Linear layer `name` (an attribute of owner) applied to x, as `product` does it
-    where it can, else by calling the layer."""
+def apply(owner: nn.Module, name: str, x: torch.Tensor, relu=False) -> torch.Tensor:
+    """owner's Linear layer `name` (an attribute of owner) applied to x, then max(0, ·) with
+    relu, as `product` does it where it can, else by calling the layer."""
     layer = getattr(owner, name)
-    y = product(owner, {name: layer}, x)
-    return layer(x) if y is None else y
+    if (y := product(owner, {name: layer}, x, relu)) is not None:
+        return y
+    return F.relu(layer(x)) if relu else layer(x)
 
 
 def stacked_weights(owner: nn.Module, parts: dict[str, nn.Module]):

@@ -33,8 +33,8 @@ class FeedForward(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _, relu, dropout, _ = self.net  # net.0 is W1, net.3 W2 (the state dict's names)
-        hidden = relu(apply(self.net, "0", x))  # max(0, x W1 + b1)
+        dropout = self.net[2]  # net.0 is W1, net.3 W2 (the state dict's names); net.1 ReLU
+        hidden = apply(self.net, "0", x, relu=True)  # max(0, x W1 + b1), in one pass
         return apply(self.net, "3", dropout(hidden))  # · W2 + b2
 
 
