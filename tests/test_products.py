@@ -19,6 +19,7 @@ from heedful.layers.products import (
     keep_products,
     packed_products,
     product,
+    rows_bucket,
 )
 from heedful.models.build import build_model
 from heedful.search.decoding import greedy_search
@@ -44,7 +45,9 @@ def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) 
     return y if bias is None else y + bias.double()
 
 
-@pytest.mark.parametrize("shape", [(0, 32), (1, 32), (7, 32), (64, 32), (300, 32), (4, 5, 32)])
+@pytest.mark.parametrize(
+    "shape", [(0, 32), (1, 32), (7, 32), (64, 32), (300, 32), (512, 32), (4, 5, 32), (3, 1, 32)]
+)
 @pytest.mark.parametrize("bias", [True, False])
 def test_a_packed_product_equals_the_float64_product(packing, shape, bias):
     torch.manual_seed(0)
@@ -75,6 +78,27 @@ def test_relu_follows_the_product_on_every_path(monkeypatch, way):
     assert (want == 0).any() and (want > 0).any()
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     assert (packed_entry(owner, "layer") is not None) == (way == "packed")
+
+
+def test_row_counts_fall_in_few_buckets():
+    """oneDNN keeps a compiled kernel per row count: decoding's counts (one per number of
+    unfinished sentences) share 14 at most, each within twice the rows it pads."""
+    table = {0: 0, 1: 1, 2: 2, 3: 4, 5: 8, 33: 64, 64: 64, 65: 128, 320: 320, 321: 384, 512: 512}
+    assert {rows: rows_bucket(rows) for rows in table} == table
+    buckets = {rows_bucket(rows) for rows in range(1, products.MOST_ROWS + 1)}
+    assert len(buckets) == 14
+    assert all(rows <= rows_bucket(rows) < 2 * rows for rows in range(2, products.MOST_ROWS + 1))
+
+
+def test_an_encoder_batch_of_many_rows_keeps_the_blas(packing):
+    owner = nn.Module()
+    owner.layer = nn.Linear(8, 4)
+    x = torch.randn(products.MOST_ROWS + 1, 8)
+    with torch.no_grad():
+        got = apply(owner, "layer", x)
+    assert packed_entry(owner, "layer") is None
+    want = reference(x, owner.layer.weight, owner.layer.bias)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_a_strided_input_and_stacked_parts_are_multiplied_right(packing):

@@ -45,6 +45,7 @@ CHOICE = "HEEDFUL_CPU_PRODUCTS"  # onednn | blas: the user's choice over packed_
 _copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # owner -> {names: entry}
 _kept: weakref.WeakSet = weakref.WeakSet()  # models whose copies outlive a search
 PACKED_ROWS = 64  # the row count oneDNN chooses the weight's layout for: a decoding batch
+MOST_ROWS = 512  # packed products up to this many rows (beam 5 of 64 sentences: 320)
 
 
 def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu=False):
@@ -61,7 +62,29 @@ def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu
     if entry["packed"] is None:
         entry["packed"] = torch.ops.mkldnn._reorder_linear_weight(stacked[0], PACKED_ROWS)
     post = "relu" if relu else "none"  # oneDNN's post-op, applied as each block is written
-    return torch.ops.mkldnn._linear_pointwise(x, entry["packed"], stacked[1], post, [], "")
+    rows, width = x.numel() // x.size(-1), x.size(-1)
+    if (padded_rows := rows_bucket(rows)) == rows:
+        return torch.ops.mkldnn._linear_pointwise(x, entry["packed"], stacked[1], post, [], "")
+    padded = x.new_zeros(padded_rows, width)  # rows of zeros, whose products are dropped
+    padded[:rows] = x.reshape(rows, width)
+    y = torch.ops.mkldnn._linear_pointwise(padded, entry["packed"], stacked[1], post, [], "")
+    return y[:rows].view(*x.shape[:-1], y.size(-1))
+
+
+def rows_bucket(rows: int) -> int:
+    """The row count a packed product of `rows` rows runs at: the next power of two up to 64,
+    then of the multiples of 64 (at most MOST_ROWS).
+
+    oneDNN compiles a kernel for every row count it multiplies and keeps it, about 0.6 MiB each
+    (in two caches of 1,024 entries: torch's ideep's and oneDNN's own), and decoding meets a
+    row count for every number of unfinished sentences. Without buckets greedy decoding of 500
+    Multi30k sentences peaked at 549 MiB (BLAS: 390) and beam 5 at 753 (552); with them 414
+    and 578, as fast (2 threads on the Zen 4 EPYC, 2026-12-06). So at most 14 row counts per
+    weight shape, and the padding costs at most twice the rows where rows are few, whose
+    products are bound by reading the weights, not by arithmetic."""
+    if rows <= PACKED_ROWS:
+        return 1 << (rows - 1).bit_length() if rows > 1 else rows
+    return -(-rows // PACKED_ROWS) * PACKED_ROWS
 
 
 def apply(owner: nn.Module, name: str, x: torch.Tensor, relu=False) -> torch.Tensor:
@@ -119,6 +142,7 @@ def _may_pack(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
         x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
+        and x.numel() <= MOST_ROWS * x.size(-1)  # above: an encoder's batch, the BLAS
         and not torch.is_autocast_enabled("cpu")
         and torch.backends.mkldnn.enabled
         and _packs_here()
