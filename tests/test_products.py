@@ -32,8 +32,9 @@ BOS, EOS = 1, 2
 
 @pytest.fixture
 def packing(monkeypatch):
-    """Packed products on, whatever this CPU's vendor."""
+    """Packed products on, whatever this CPU's vendor, for weights of any size."""
     monkeypatch.setattr(products, "_packs_here", lambda: True)
+    monkeypatch.setattr(products, "PACKED_MIN_WEIGHTS", 0)
 
 
 def packed_entry(owner: nn.Module, *names: str):
@@ -66,6 +67,7 @@ def test_a_packed_product_equals_the_float64_product(packing, shape, bias):
 def test_relu_follows_the_product_on_every_path(monkeypatch, way):
     """The feed-forward's max(0, x W1 + b1): oneDNN's post-op where packed, else after it."""
     monkeypatch.setattr(products, "_packs_here", lambda: way == "packed")
+    monkeypatch.setattr(products, "PACKED_MIN_WEIGHTS", 0)
     torch.manual_seed(4)
     owner = nn.Module()
     owner.layer = nn.Linear(16, 24)
@@ -82,12 +84,27 @@ def test_relu_follows_the_product_on_every_path(monkeypatch, way):
 
 def test_row_counts_fall_in_few_buckets():
     """oneDNN keeps a compiled kernel per row count: decoding's counts (one per number of
-    unfinished sentences) share 14 at most, each within twice the rows it pads."""
-    table = {0: 0, 1: 1, 2: 2, 3: 4, 5: 8, 33: 64, 64: 64, 65: 128, 320: 320, 321: 384, 512: 512}
+    unfinished sentences) share 18 at most, each within twice the rows it pads."""
+    table = {0: 0, 1: 1, 2: 2, 3: 4, 5: 8, 9: 16, 33: 40, 64: 64, 65: 128, 321: 384, 512: 512}
     assert {rows: rows_bucket(rows) for rows in table} == table
     buckets = {rows_bucket(rows) for rows in range(1, products.MOST_ROWS + 1)}
-    assert len(buckets) == 14
+    assert len(buckets) == 18
     assert all(rows <= rows_bucket(rows) < 2 * rows for rows in range(2, products.MOST_ROWS + 1))
+
+
+def test_only_weights_large_enough_to_pay_are_packed(monkeypatch):
+    monkeypatch.setattr(products, "_packs_here", lambda: True)
+    small, large = nn.Module(), nn.Module()
+    small.layer = nn.Linear(256, 256)  # 2^16 weights: the BLAS
+    large.layer = nn.Linear(256, 512)  # 2^17: packed
+    x = torch.randn(5, 256)
+    with torch.no_grad():
+        for owner in (small, large):
+            want = reference(x, owner.layer.weight, owner.layer.bias)
+            torch.testing.assert_close(
+                apply(owner, "layer", x).double(), want, rtol=1e-5, atol=1e-5
+            )
+    assert packed_entry(small, "layer") is None and packed_entry(large, "layer") is not None
 
 
 def test_an_encoder_batch_of_many_rows_keeps_the_blas(packing):

@@ -269,14 +269,23 @@ def _one_query_each(q: torch.Tensor, dropout_p: float) -> bool:
 
 
 def _one_query_attention(q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
-    """softmax(q kᵀ / √d_k) · v as two batched products, in place where it can; a query whose
-    keys are all masked outputs zeros (masked_softmax's convention)."""
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1 / math.sqrt(q.size(-1)))  # (B, H, 1, Lk)
+    """softmax(q kᵀ / √d_k) · v as two batched products over (B·H) heads, in place where it
+    can; a query whose keys are all masked outputs zeros (masked_softmax's convention).
+
+    The heads are flattened as views: the self-attention cache's K and V are slices of a
+    longer buffer, which torch.matmul's 4-D broadcasting copied whole at every step (the copies
+    cost more than the kernel saved); bmm reads the slices and kᵀ in place."""
+    b, h, lq, d = q.shape
+    keys, values = k.flatten(0, 1), v.flatten(0, 1)  # (B·H, Lk, D/H), views
+    scores = torch.bmm(q.reshape(b * h, lq, d), keys.transpose(1, 2))  # (B·H, 1, Lk)
+    scores = scores.mul_(1 / math.sqrt(d)).view(b, h, lq, -1)
     if mask is None:
-        return torch.matmul(scores.softmax(dim=-1), v)
-    blocked = ~mask
-    weights = scores.masked_fill_(blocked, torch.finfo(scores.dtype).min).softmax(dim=-1)
-    return torch.matmul(weights.masked_fill_(blocked, 0.0), v)
+        weights = scores.softmax(dim=-1)
+    else:
+        blocked = ~mask
+        weights = scores.masked_fill_(blocked, torch.finfo(scores.dtype).min).softmax(dim=-1)
+        weights = weights.masked_fill_(blocked, 0.0)
+    return torch.bmm(weights.view(b * h, lq, -1), values).view(b, h, lq, d)
 
 
 def _fused_attention(q, k, v, mask: torch.Tensor | None, dropout_p: float) -> torch.Tensor:

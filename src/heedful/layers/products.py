@@ -46,6 +46,10 @@ _copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # owner -> {na
 _kept: weakref.WeakSet = weakref.WeakSet()  # models whose copies outlive a search
 PACKED_ROWS = 64  # the row count oneDNN chooses the weight's layout for: a decoding batch
 MOST_ROWS = 512  # packed products up to this many rows (beam 5 of 64 sentences: 320)
+# Smaller weights keep the BLAS: a 256 x 256 product ran at the same rate packed (92 against
+# 93 GFLOP/s at 64 rows, decode_gemm.py) and at 1 row took twice as long (24 against 11 µs),
+# where 256 x 768 gained 1.19x and 256 x 8,000 1.34x in decoding's profile.
+PACKED_MIN_WEIGHTS = 1 << 17
 
 
 def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu=False):
@@ -72,28 +76,34 @@ def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu
 
 
 def rows_bucket(rows: int) -> int:
-    """The row count a packed product of `rows` rows runs at: the next power of two up to 64,
-    then of the multiples of 64 (at most MOST_ROWS).
+    """The row count a packed product of `rows` rows runs at: the next power of two up to 8,
+    multiple of 8 up to 64, multiple of 64 above (up to MOST_ROWS), 18 counts in all.
 
     oneDNN compiles a kernel for every row count it multiplies and keeps it, about 0.6 MiB each
     (in two caches of 1,024 entries: torch's ideep's and oneDNN's own), and decoding meets a
     row count for every number of unfinished sentences. Without buckets greedy decoding of 500
-    Multi30k sentences peaked at 549 MiB (BLAS: 390) and beam 5 at 753 (552); with them 414
-    and 578, as fast (2 threads on the Zen 4 EPYC, 2026-12-06). So at most 14 row counts per
-    weight shape, and the padding costs at most twice the rows where rows are few, whose
-    products are bound by reading the weights, not by arithmetic."""
-    if rows <= PACKED_ROWS:
+    Multi30k sentences peaked at 549 MiB (BLAS: 390) and beam 5 at 753 (552); with powers of
+    two to 64 at 414 and 578 (2 threads on the Zen 4 EPYC, 2026-12-06). The padded rows cost
+    their arithmetic, so below 64 the steps are finer: a few rows are bound by reading the
+    weight, not by arithmetic, and 52 rows padded to 64 took a quarter longer than 52."""
+    if rows <= 8:
         return 1 << (rows - 1).bit_length() if rows > 1 else rows
-    return -(-rows // PACKED_ROWS) * PACKED_ROWS
+    step = 8 if rows <= PACKED_ROWS else PACKED_ROWS
+    return -(-rows // step) * step
 
 
 def apply(owner: nn.Module, name: str, x: torch.Tensor, relu=False) -> torch.Tensor:
     """owner's Linear layer `name` (an attribute of owner) applied to x, then max(0, ·) with
     relu, as `product` does it where it can, else by calling the layer."""
     layer = getattr(owner, name)
-    if (y := product(owner, {name: layer}, x, relu)) is not None:
-        return y
-    return F.relu(layer(x)) if relu else layer(x)
+    if (
+        type(layer) is nn.Linear  # int8 layers multiply on their own
+        and not torch.is_grad_enabled()
+        and _may_pack(x, layer.weight)
+        and not _hooked(layer)
+    ):
+        return product(owner, {name: layer}, x, relu)
+    return F.relu(layer(x)) if relu else layer(x)  # the layer's own call, as fast as before
 
 
 def stacked_weights(owner: nn.Module, parts: dict[str, nn.Module]):
@@ -137,15 +147,17 @@ def keep_products(model: nn.Module, keep: bool = True) -> None:
 
 
 def _may_pack(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether this product goes through oneDNN's packed weights: float32 on the CPU, outside
-    autocast (whose lower precision the packed product would skip), where cpu.py chose it."""
+    """Whether this product goes through oneDNN's packed weights: float32 on the CPU, a weight
+    large enough to pay for the call's fixed costs, outside autocast (whose lower precision
+    the packed product would skip), where `packed_products` chose it."""
     return (
-        x.device.type == "cpu"
+        _packs_here()
+        and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
+        and weight.numel() >= PACKED_MIN_WEIGHTS
         and x.numel() <= MOST_ROWS * x.size(-1)  # above: an encoder's batch, the BLAS
         and not torch.is_autocast_enabled("cpu")
         and torch.backends.mkldnn.enabled
-        and _packs_here()
     )
 
 

@@ -221,6 +221,9 @@ class TransformerDecoder(nn.Module):
         cross_kv = [  # per layer (k, v), each (B, H_kv, S, D/H)
             layer.cross_attn.project_kv(memory.states, memory.states) for layer in self.layers
         ]
+        if not torch.is_grad_enabled():  # a search reads them at every step: in the layout
+            # its one-query attention reads in place (layers/attention.py), copied once here
+            cross_kv = [(k.contiguous(), v.contiguous()) for k, v in cross_kv]
         return TransformerState(cross_kv, [None] * len(self.layers), src_mask=memory.mask)
 
     def _run(self, x, state: TransformerState, tgt_mask, need_weights, project=True):
