@@ -263,3 +263,16 @@ def test_a_loaded_translator_keeps_its_products_across_calls(packing, reverse_mo
     again = translator.translate(["abcdef", "hgf"], batch_size=1)
     assert packed_entry(decoder, "generator") is kept
     assert [t.text for t in again] == [t.text for t in first]
+
+
+def test_a_bad_choice_stops_loading_a_translator(monkeypatch, reverse_model_dir):
+    from heedful.inference.translator import Translator
+
+    monkeypatch.setenv(CHOICE, "fast")
+    products._packs_here.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=f"{CHOICE}='fast'"):
+            Translator.load(reverse_model_dir)
+    finally:
+        monkeypatch.delenv(CHOICE)
+        products._packs_here.cache_clear()

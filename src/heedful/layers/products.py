@@ -137,7 +137,9 @@ def forget_products(model: nn.Module) -> None:
 def keep_products(model: nn.Module, keep: bool = True) -> None:
     """Whether the copies of `model` and its modules (an ensemble's members too) are kept from
     one search to the next: its weights will not change in place (a Translator's model).
-    keep=False drops them, as training mode does."""
+    keep=False drops them, as training mode does. Reads HEEDFUL_CPU_PRODUCTS: a value it does
+    not know is refused here, when a model is loaded, not in the middle of a search."""
+    _packs_here()
     for module in model.modules():
         if keep:
             _kept.add(module)
