@@ -168,7 +168,7 @@ def packed_products(environ=None, vendor: str | None = None, machine: str | None
     as HEEDFUL_CPU_PRODUCTS says (onednn, blas) where it is set, else on an x86 CPU that is
     not Intel's. Intel's CPUs keep MKL, their vendor's own library (and CTranslate2's choice
     there); other architectures keep their BLAS: neither was measured against oneDNN here.
-    Never where this torch was built without oneDNN."""
+    Never where this torch lacks oneDNN or the two operators (torch's own, for inductor)."""
     environ = os.environ if environ is None else environ
     choice = environ.get(CHOICE, "").strip().lower()
     if choice not in ("", "onednn", "blas"):
@@ -176,13 +176,21 @@ def packed_products(environ=None, vendor: str | None = None, machine: str | None
             f"{CHOICE}={environ[CHOICE]!r}: choose onednn or blas (unset: oneDNN on x86 CPUs "
             "other than Intel's, the BLAS elsewhere)"
         )
-    if not torch.backends.mkldnn.is_available() or choice == "blas":
+    if not _packing_ops() or choice == "blas":
         return False
     if choice == "onednn":
         return True
     vendor = cpu_vendor() if vendor is None else vendor
     machine = platform.machine().lower() if machine is None else machine
     return machine in ("x86_64", "amd64") and vendor not in ("", "GenuineIntel")
+
+
+def _packing_ops() -> bool:
+    """Whether this torch has oneDNN and the operators that pack a weight and multiply by it."""
+    ops = torch.ops.mkldnn
+    return torch.backends.mkldnn.is_available() and all(
+        hasattr(ops, name) for name in ("_reorder_linear_weight", "_linear_pointwise")
+    )
 
 
 @functools.cache
