@@ -183,7 +183,7 @@ def _vocab_wide(event) -> bool:
 
 def separate_qkv_in_training(on: bool) -> None:
     """A variant: self-attention's Q, K, V from three products when training, as heedful did
-    before stacked.py (K and V first, then Q)."""
+    before the stacked products (layers/products.py; K and V first, then Q)."""
     import torch
 
     from heedful.layers.attention import MultiHeadAttention
