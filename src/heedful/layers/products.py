@@ -62,6 +62,12 @@ def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu
     if torch.is_grad_enabled() or not _may_pack(x, stacked[0]):
         y = F.linear(x, *stacked)
         return F.relu(y) if relu else y
+    return _packed_product(owner, parts, stacked, x, relu)
+
+
+def _packed_product(owner: nn.Module, parts: dict, stacked: tuple, x: torch.Tensor, relu: bool):
+    """`product` through the packed copy of `stacked` (made on first use), once _may_pack
+    has said yes; rows padded to rows_bucket's count."""
     entry = _copies[owner][tuple(parts)]
     if entry["packed"] is None:
         entry["packed"] = torch.ops.mkldnn._reorder_linear_weight(stacked[0], PACKED_ROWS)
@@ -101,8 +107,9 @@ def apply(owner: nn.Module, name: str, x: torch.Tensor, relu=False) -> torch.Ten
         and not torch.is_grad_enabled()
         and _may_pack(x, layer.weight)
         and not _hooked(layer)
-    ):
-        return product(owner, {name: layer}, x, relu)
+    ):  # the checks product() would make again: straight to the packed product
+        parts = {name: layer}
+        return _packed_product(owner, parts, stacked_weights(owner, parts), x, relu)
     return F.relu(layer(x)) if relu else layer(x)  # the layer's own call, as fast as before
 
 
