@@ -138,3 +138,19 @@ class Seq2SeqModel(Protocol):
     def decode_step(
         self, memory: Any, state: Any, last_tokens: torch.Tensor, need_weights: bool = True
     ) -> tuple[torch.Tensor, Any, StepAttention | None]: ...
+
+
+def step_log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """A decoding step's logits (B, 1, V) as log-probabilities (B, V), written over the logits
+    when nothing differentiates them.
+
+    Why: the logits are the step's own fresh tensor, read once; a second (B, V) tensor for the
+    result is 10 MiB more at every step of beam 5 (320 rows over 8,000 words), which glibc maps
+    and faults in afresh. Measured on one thread (Zen 4 EPYC, 2026-12-06): speed the same
+    within the machine's noise (0.98x to 1.04x in three A/B runs of beam 5 on 500 Multi30k
+    sentences), the profile's log_softmax row 0.20 s to 0.10 s of 4.1, peak memory 1-3 MiB
+    lower."""
+    logits = logits[:, 0]
+    if torch.is_grad_enabled() or torch.is_autocast_enabled(logits.device.type):
+        return logits.log_softmax(-1)  # autograd keeps the logits; autocast may change the dtype
+    return torch.log_softmax(logits, -1, out=logits)

@@ -30,7 +30,14 @@ from heedful.layers.dropout import Dropout
 from heedful.layers.products import apply
 from heedful.layers.rnn_attention import LuongLocalAttention
 from heedful.layers.scores import RNN_ATTENTIONS, SCORES
-from heedful.models.base import AttentionMaps, Hidden, Memory, Seq2SeqOutput, StepAttention
+from heedful.models.base import (
+    AttentionMaps,
+    Hidden,
+    Memory,
+    Seq2SeqOutput,
+    StepAttention,
+    step_log_probs,
+)
 from heedful.models.pointer import CopyGate, pointer_mixture
 
 RNN_CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -264,7 +271,7 @@ class AttentionDecoder(nn.Module):
             if weights is None or not need_weights
             else StepAttention(weights[:, None, None, 0])
         )
-        return logits[:, 0].log_softmax(-1), state, step
+        return step_log_probs(logits), state, step
 
 
 def _maps(steps: DecoderSteps) -> AttentionMaps:

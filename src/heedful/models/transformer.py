@@ -19,7 +19,7 @@ from heedful.layers.attention import MultiHeadAttention, causal_mask, padding_ma
 from heedful.layers.dropout import Dropout
 from heedful.layers.positional import POSITIONAL_ENCODINGS
 from heedful.layers.products import apply
-from heedful.models.base import AttentionMaps, Memory, Seq2SeqOutput, StepAttention
+from heedful.models.base import AttentionMaps, Memory, Seq2SeqOutput, StepAttention, step_log_probs
 from heedful.models.transformer_state import KV, KVCache, TransformerState
 
 
@@ -268,7 +268,7 @@ class TransformerDecoder(nn.Module):
         logits, past, self_w, cross_w = self._run(x, past, None, need_weights)
         state = replace(state, self_kv=past, position=state.position + 1)
         weights = StepAttention(cross_w[:, :, :, 0], self_w[:, :, :, 0]) if need_weights else None
-        return logits[:, 0].log_softmax(-1), state, weights
+        return step_log_probs(logits), state, weights
 
 
 @dataclass(frozen=True)
