@@ -23,6 +23,7 @@ from heedful.cpu import (
     ctranslate2_compute_type,
     default_threads,
     int8_support,
+    one_malloc_arena,
     reuse_freed_memory,
     set_threads,
     threads_for,
@@ -333,3 +334,56 @@ def test_counters_that_cannot_be_read_keep_the_count():
     reads.append(None)
     now[0] = 10.0
     assert cores.look() is None and torch.get_num_threads() == saved
+
+
+# Four threads that each allocate and free blocks below the mmap threshold, then glibc's
+# malloc_stats(), which prints one "Arena N:" section per arena to stderr.
+THREADS_THAT_ALLOCATE = """
+import ctypes, sys, threading
+from heedful.cpu import one_malloc_arena
+applied = one_malloc_arena() if sys.argv[1] == "one" else None
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+def work():
+    blocks = [libc.malloc(64 * 1024) for _ in range(64)]
+    for block in blocks:
+        libc.free(block)
+threads = [threading.Thread(target=work) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+libc.malloc_stats()
+print(applied)
+"""
+
+
+def test_one_malloc_arena_serves_every_thread_from_one_arena():
+    """With one_malloc_arena the threads' blocks come from the main arena alone; by default
+    glibc makes the threads arenas of their own (cpu.py says why that holds memory)."""
+    import platform
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    for name in ("GLIBC_TUNABLES", "LD_PRELOAD"):
+        env.pop(name, None)
+
+    def arenas(way: str) -> tuple[str, int]:
+        run = subprocess.run([sys.executable, "-c", THREADS_THAT_ALLOCATE, way], env=env,
+                             capture_output=True, text=True)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip(), run.stderr.count("Arena ")
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        assert arenas("one")[0] == "False"
+        return
+    assert arenas("one") == ("True", 1)
+    assert arenas("default")[1] > 1
+
+
+USER_ARENAS = ("MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "GLIBC_TUNABLES", "LD_PRELOAD")
+
+
+@pytest.mark.parametrize("name", USER_ARENAS)
+def test_the_users_arena_settings_are_left_alone(name):
+    assert one_malloc_arena({name: "2"}) is False
+    assert one_malloc_arena({name: ""}) in (True, False)  # empty is unset: no error

@@ -132,3 +132,14 @@ def test_translation_looks_at_the_free_cores_after_every_batch(reverse_model_dir
     translator.streams = True  # side by side: the streams keep both cores (cpu.in_streams)
     translator.translate(["abc", "de", "fgh", "ab", "c"], num_beams=1, batch_size=2)
     assert len(looks) == 3
+
+
+def test_a_cpu_translator_asks_for_one_malloc_arena(reverse_model_dir, monkeypatch):
+    """Its batches run side by side in threads, which would each hold a heap of their own:
+    a Translator on the CPU asks glibc for one arena (cpu.one_malloc_arena)."""
+    calls = []
+    monkeypatch.setattr("heedful.inference.translator.one_malloc_arena", lambda: calls.append(1))
+    translator = Translator.load(reverse_model_dir)
+    assert calls == [1]
+    Translator(translator.model, translator.source, translator.tgt_tokenizer, device="meta")
+    assert calls == [1]  # not on another device

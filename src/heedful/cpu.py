@@ -25,7 +25,8 @@ Three facts about the machines we run on decide things that no config can know i
   ("reduce_range") precisely so those sums cannot saturate, so it is safe everywhere.
 - **Memory.** torch's CPU tensors come from glibc's malloc, whose defaults give a training
   step's large tensors back to the kernel and take fresh pages for the next step;
-  `reuse_freed_memory` keeps them (below).
+  `reuse_freed_memory` keeps them (below), and `one_malloc_arena` keeps threads that decode
+  side by side from holding a heap each.
 """
 
 from __future__ import annotations
@@ -235,11 +236,12 @@ def core_ticks(cores: list[int], proc: Path = Path("/proc")) -> tuple[int, int, 
 
 
 # glibc's mallopt parameters (malloc.h), and the largest mmap threshold it accepts on 64-bit
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
 _MMAP_THRESHOLD_MAX = 32 * 2**20
 _TRIM_THRESHOLD = 2**30
 _USER_MALLOC = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_",
                 "GLIBC_TUNABLES", "LD_PRELOAD")  # fmt: skip
+_USER_ARENAS = ("MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "GLIBC_TUNABLES", "LD_PRELOAD")
 
 
 def reuse_freed_memory(environ=None) -> bool:
@@ -256,11 +258,38 @@ def reuse_freed_memory(environ=None) -> bool:
     its peak heap (it holds that much at every step anyway). Linux with glibc only; left alone
     when the user chose allocator settings or another allocator (LD_PRELOAD). Returns whether
     it applied.
+
+    Not for translation: there it made beam 5 1.04-1.09x as fast on one thread and raised the
+    peak memory by 20-30 MiB (Zen 4 EPYC, 2026-12-06), the margin by which heedful stays below
+    Eole's (benchmarks/vs_eole.py).
     """
+    pairs = ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+    return _mallopt(environ, _USER_MALLOC, pairs)
+
+
+def one_malloc_arena(environ=None) -> bool:
+    """Ask glibc's malloc to serve every thread from one arena (its heap and free lists).
+
+    Why: glibc gives each thread that allocates an arena of its own, and memory freed in one
+    is reused by that thread only, so every thread holds its own peak. A Translator runs its
+    batches side by side, a thread each (in_streams): 500 Multi30k sentences with two streams
+    peaked at 470 MiB greedy and 629-676 MiB at beam 5, with one arena at 434-440 and 562-575,
+    at the same speed (1.00x greedy, 1.02x beam 5: benchmarks/decode_speed.py with
+    MALLOC_ARENA_MAX=1 as another way, 2 threads, 4 rounds; Zen 4 EPYC, 2026-12-06). Threads
+    then take turns at one lock for each allocation, a few hundred per decoding step, each far
+    shorter than a step's products. As reuse_freed_memory: glibc only, and never over the
+    user's own settings. Returns whether it applied.
+    """
+    return _mallopt(environ, _USER_ARENAS, ((_M_ARENA_MAX, 1),))
+
+
+def _mallopt(environ, user_settings: tuple[str, ...], pairs) -> bool:
+    """glibc's mallopt(parameter, value) for each pair, on Linux with glibc where none of
+    user_settings is set: whether every one applied."""
     environ = os.environ if environ is None else environ
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    if any(environ.get(name) for name in _USER_MALLOC):
+    if any(environ.get(name) for name in user_settings):
         return False
     import ctypes
 
@@ -269,9 +298,7 @@ def reuse_freed_memory(environ=None) -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
-    )
+    return all([bool(mallopt(parameter, value)) for parameter, value in pairs])
 
 
 def cpu_flags() -> set[str]:
