@@ -9,7 +9,7 @@ dropout 0.1, 8k joint vocabulary, batches of 3,000 tokens; benchmarks/report.py 
 trains as heedful's loop trains it: label-smoothed cross-entropy summed over tokens, backward,
 gradient clipping at 1.0, Adam (training_state.make_optimizer with the default TrainConfig).
 In float32 the output layer and the loss go in slices (training/output_loss.py), and glibc
-keeps freed memory (cpu.reuse_freed_memory), as in `heedful train`.
+keeps freed memory (allocator.reuse_freed_memory), as in `heedful train`.
 
 1. Profile: --profile-steps steps under torch.profiler after a warm-up; each operator's own
    time is put in one row (matmuls, attention, softmax, layer norm, embedding, the output layer,
@@ -298,7 +298,7 @@ def variants(model, batches, tensors, rounds: int, steps: int, bf16: bool) -> di
 def run(args) -> dict:
     import torch
 
-    from heedful.cpu import reuse_freed_memory
+    from heedful.allocator import reuse_freed_memory
 
     load = os.getloadavg()[0]
     reuse_freed_memory()  # as heedful train: every step's tensors without fresh pages

@@ -7,9 +7,9 @@ torch's CPU allocator caches nothing: every tensor is a malloc and a free, and g
 large blocks to the kernel, so the next step's tensors are fresh pages the kernel must fault in
 and zero. Two changes remove most of them, and each arm here turns one of them off:
 
-- as shipped: glibc keeps blocks up to 32 MiB (`heedful.cpu.reuse_freed_memory`), and both
+- as shipped: glibc keeps blocks up to 32 MiB (`heedful.allocator.reuse_freed_memory`), and both
   models apply the output layer and the loss in slices (output_loss.py);
-- malloc default: glibc's own thresholds (the allocator call made a no-op);
+- malloc default: glibc's own thresholds and arenas (the allocator calls made no-ops);
 - logits whole: the (positions x 8,000) logits and their gradient made whole, as before.
 
 Each arm trains `--steps` steps of the Multi30k config from scratch in its own process, on one
@@ -44,7 +44,10 @@ CONFIGS = ("transformer", "rnn-bahdanau")
 # Each arm patches heedful before its CLI runs (the patch precedes the import that binds it).
 ARMS = {
     "as shipped": "",
-    "malloc default": "import heedful.cpu as c; c.reuse_freed_memory = lambda environ=None: False",
+    "malloc default": (
+        "import heedful.allocator as a; "
+        "a.reuse_freed_memory = a.one_malloc_arena = lambda environ=None: False"
+    ),
     "logits whole": (
         "import heedful.training.loop as t; t.defers_output_layer = lambda model: False"
     ),

@@ -136,7 +136,7 @@ def test_translation_looks_at_the_free_cores_after_every_batch(reverse_model_dir
 
 def test_a_cpu_translator_asks_for_one_malloc_arena(reverse_model_dir, monkeypatch):
     """Its batches run side by side in threads, which would each hold a heap of their own:
-    a Translator on the CPU asks glibc for one arena (cpu.one_malloc_arena)."""
+    a Translator on the CPU asks glibc for one arena (allocator.one_malloc_arena)."""
     calls = []
     monkeypatch.setattr("heedful.inference.translator.one_malloc_arena", lambda: calls.append(1))
     translator = Translator.load(reverse_model_dir)

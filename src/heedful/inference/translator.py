@@ -14,11 +14,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from heedful.allocator import one_malloc_arena
 from heedful.checkpoint.model_dir import load_model_dir
 from heedful.checkpoint.slots import text_tokenizer
 from heedful.config import ModelConfig
 from heedful.config.search import SearchSettings, call_settings
-from heedful.cpu import FreeCores, in_streams, one_malloc_arena
+from heedful.cpu import FreeCores, in_streams
 from heedful.data.sources import as_source
 from heedful.data.tokenizers import BOS_ID, EOS, EOS_ID
 from heedful.inference.engine import PICTURES, Capabilities, check_supported
@@ -67,7 +68,7 @@ class Translator:
         self.pairs, self.target_tokens = (pairs, True) if pairs else ((languages,), False)
         # torch's threads follow the cores other processes leave free, unless chosen (cpu.py)
         self.cores = FreeCores.follow(None) if self.device.type == "cpu" else None
-        if self.device.type == "cpu":  # batches side by side share one heap (cpu.py)
+        if self.device.type == "cpu":  # batches side by side share one heap (allocator.py)
             one_malloc_arena()
 
     @classmethod

@@ -16,8 +16,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
+from heedful.allocator import one_malloc_arena, reuse_freed_memory
 from heedful.config import Config
-from heedful.cpu import reuse_freed_memory, set_threads
+from heedful.cpu import set_threads
 from heedful.data.batching import Pairs
 from heedful.logs import RunLog
 from heedful.training.captions_task import CaptionTask
@@ -74,7 +75,8 @@ def train_from_config(
     config: Config, run_dir: str | Path, force: bool = False, progress: bool = True, echo=print
 ) -> TrainResult:
     """Train (or resume) the run in `run_dir` as `config` says."""
-    reuse_freed_memory()  # every step's tensors again, without fresh pages (cpu.py)
+    reuse_freed_memory()  # every step's tensors again, without fresh pages (allocator.py)
+    one_malloc_arena()  # the pieces of a batch, side by side in threads, share one heap
     task = task_for(config)
     set_threads(config.train.threads)
     dist = Distributed.from_env()
