@@ -52,8 +52,8 @@ def one_malloc_arena(environ=None) -> bool:
     is reused by that thread only, so every thread holds its own peak. A Translator runs its
     batches side by side, a thread each (in_streams): 500 Multi30k sentences with two streams
     peaked at 470 MiB greedy and 629-676 MiB at beam 5, with one arena at 434-440 and 562-575,
-    at the same speed (1.00x greedy, 1.02x beam 5: benchmarks/decode_speed.py with
-    MALLOC_ARENA_MAX=1 as another way, 2 threads, 4 rounds; Zen 4 EPYC, 2026-12-06). Training
+    at the same speed within the noise (greedy 0.93x to 1.01x, beam 5 0.97x to 1.03x in three
+    A/B runs of benchmarks/decode_speed.py on 2 threads; Zen 4 EPYC, 2026-12-06). Training
     runs a batch's pieces side by side too: 60 steps of the Multi30k recipe peaked at
     1,297-1,379 MiB against 1,340-1,449 (four runs each) at 2,969-3,008 against 2,702-2,911
     target tok/s. Threads then take turns at one lock for each allocation, a few hundred per
