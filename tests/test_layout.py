@@ -85,12 +85,13 @@ def test_the_function_checks_can_fail():
 
 # The stages, in the order a newcomer reads them (README, "Reading the code"): a module imports
 # only from its own stage and the stages above it in this list. The first four are plain
-# helpers of every stage (files, JSON, the machine, scores of outputs).
+# helpers of every stage (files, JSON, the machine and its allocator, scores of outputs).
 STAGES = [
     "heedful.io",
     "heedful.safejson",
     "heedful.output_dirs",
     "heedful.cpu",
+    "heedful.allocator",
     "heedful.logs",
     "heedful.evaluation",
     "heedful.config",
