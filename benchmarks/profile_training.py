@@ -51,16 +51,18 @@ LABELS = ("collate", "forward", "loss", "backward", "clip", "optimizer")
 class Trainer:
     """One model and its optimizer, stepping as heedful.training.loop does (without its logging)."""
 
-    def __init__(self, model, tensors, optimizer_options: dict | None = None, bf16=False):
+    def __init__(self, model, tensors, optimizer_options: dict | None = None, bf16=False, pieces=1):
         """optimizer_options: None for heedful's own optimizer (make_optimizer), else Adam's
-        options for a variant; bf16: forward and loss under bfloat16 autocast."""
+        options for a variant; bf16: forward and loss under bfloat16 autocast; pieces: each
+        batch in that many pieces, a forward and backward each, one after the other
+        (training/streams.py's split and backward_in_pieces, on one stream)."""
         import torch
 
         from heedful.config import TrainConfig
         from heedful.training.state import make_optimizer, parameter_groups
 
         self.model, self.tensors, self.config = model, tensors, TrainConfig()
-        self.bf16 = bf16
+        self.bf16, self.pieces = bf16, pieces
         self.optimizer = make_optimizer(model, self.config)
         if optimizer_options is not None:
             groups = parameter_groups(model, self.config.weight_decay)
@@ -68,35 +70,46 @@ class Trainer:
             self.optimizer = torch.optim.Adam(groups, lr=c.lr, betas=c.betas, **optimizer_options)
 
     def step(self, batch) -> int:
-        import torch
         from torch import nn
         from torch.profiler import record_function
 
-        from heedful.training.loop import PAD_ID, sequence_loss
-        from heedful.training.output_loss import output_layer_loss
+        from heedful.data.batching import Batch
+        from heedful.training.streams import backward_in_pieces, split
 
         with record_function("collate"):
-            src, tgt_in, tgt_out = self.tensors(batch)
-            tokens = int((tgt_out != 0).sum())
+            whole = Batch(*self.tensors(batch))
+            tokens = int((whole.tgt_out != 0).sum())
         self.optimizer.zero_grad(set_to_none=True)
-        smoothing = self.config.label_smoothing
-        with torch.autocast("cpu", torch.bfloat16, enabled=self.bf16):
-            # as the loop: in float32 the output layer and the loss go in slices (output_loss.py)
-            with record_function("forward"):
-                out = self.model(src, tgt_in, project=self.bf16)
-            with record_function("loss"):
-                if out.features is not None:
-                    layer = out.output_layer
-                    loss = output_layer_loss(out.features, layer, tgt_out, smoothing, PAD_ID)
-                else:
-                    loss = sequence_loss(out.logits, tgt_out, smoothing, "sum")
-        with record_function("backward"):
-            (loss / tokens).backward()
+        if self.pieces > 1 and (parts := split(whole, self.pieces)) is not None:
+            backward_in_pieces(self.loss, self.model, parts, 1 / tokens, streams=1)
+        else:
+            loss = self.loss(whole)
+            with record_function("backward"):
+                (loss / tokens).backward()
         with record_function("clip"):
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
         with record_function("optimizer"):
             self.optimizer.step()
         return tokens
+
+    def loss(self, batch):
+        """The batch's summed loss, as the loop takes it: in float32 the output layer and the
+        loss in slices (output_loss.py)."""
+        import torch
+        from torch.profiler import record_function
+
+        from heedful.training.loop import PAD_ID, sequence_loss
+        from heedful.training.output_loss import output_layer_loss
+
+        smoothing = self.config.label_smoothing
+        with torch.autocast("cpu", torch.bfloat16, enabled=self.bf16):
+            with record_function("forward"):
+                out = self.model(batch.src, batch.tgt_in, project=self.bf16)
+            with record_function("loss"):
+                if out.features is not None:
+                    layer = out.output_layer
+                    return output_layer_loss(out.features, layer, batch.tgt_out, smoothing, PAD_ID)
+                return sequence_loss(out.logits, batch.tgt_out, smoothing, "sum")
 
 
 def batch_flops(batch, tensors) -> float:
@@ -306,9 +319,11 @@ def run(args) -> dict:
     matmul = matmul_gflops()
     bf16 = has_bf16()
     model, batches, tensors = multi30k_transformer(CORPUS)
-    prof = profile(
-        Trainer(copy.deepcopy(model), tensors), batches[: 3 + args.profile_steps], tensors
-    )
+    if args.pieces > 1:  # one core's share: one thread, the pieces one after the other
+        torch.set_num_threads(1)
+    trainer = Trainer(copy.deepcopy(model), tensors, pieces=args.pieces)
+    prof = profile(trainer, batches[: 3 + args.profile_steps], tensors)
+    torch.set_num_threads(THREADS)
     rest = batches[3 + args.profile_steps :] or batches
     return {
         "date": datetime.date.today().isoformat(),
@@ -323,12 +338,15 @@ def run(args) -> dict:
         "steps_per_round": args.steps_per_round,
         "cpu": args.cpu,
         "sliced_loss": True,  # the harness takes the loss as the loop does (Trainer.step)
+        "pieces": args.pieces,
     }
 
 
 def report(result: dict) -> str:
     p, limit = result["profile"], result["matmul"]["limit"]
     gflops = p["flops"] / p["wall"] / 1e9
+    if (pieces := result.get("pieces", 1)) > 1:  # one thread: against one core's half
+        limit /= THREADS
     lines = [
         BEGIN,
         "## Where a training step's time goes"
@@ -341,6 +359,7 @@ def report(result: dict) -> str:
         "The Transformer of the vs-JoeyNMT benchmark (3+3 layers, d_model 256, 4 heads, d_ff "
         "1024, 8k vocabulary, batches of 3,000 tokens), "
         + _how_trained(result)
+        + _pieces(pieces)
         + f" {p['steps']} steps under torch.profiler after 3 of warm-up: each operator's own "
         "time in one row, by the part of the step it ran in (collation, loss, clipping, "
         "optimizer) and then by its name; 'Python and other' is the wall time outside any "
@@ -357,7 +376,7 @@ def report(result: dict) -> str:
         f"Under the profiler: {p['tokens'] / p['wall']:.0f} target tok/s, model FLOPs "
         f"(vs_joeynmt.forward_flops, 3 x forward) at {gflops:.0f} GFLOP/s = "
         f"**{100 * gflops / limit:.0f}% of the matmul limit** ({limit:.0f} GFLOP/s measured in "
-        "the same run).",
+        "the same run" + (", half the two threads' limit: one core's" if pieces > 1 else "") + ").",
         "",
         f"Changes, each on its own copy of the model, alternated over {result['rounds']} rounds "
         f"of {result['steps_per_round']} steps (the first of each unmeasured); ratio = median "
@@ -388,6 +407,20 @@ def _how_trained(result: dict) -> str:
     )
 
 
+def _pieces(pieces: int) -> str:
+    """How the profiled steps ran: whole batches on both threads, or (--pieces) as `heedful
+    train` runs them, each batch's pieces side by side on one thread each, of which the
+    profile times one core's share."""
+    if pieces == 1:
+        return f" Whole batches on {THREADS} threads, as the loop ran them before 2026-12-05."
+    return (
+        f" Each batch in {pieces} pieces as `heedful train` runs them (training/streams.py), "
+        "side by side on one thread each: the profile times one core's share, the pieces one "
+        "after the other on one thread, so its steps take about twice a real step's wall time "
+        f"(the variants below run whole batches on {THREADS} threads)."
+    )
+
+
 def _bf16_lines(result: dict) -> list[str]:
     """The bfloat16 variant's model FLOP/s against both limits: the float32 one, and bfloat16's
     (AMX tiles where the CPU has them)."""
@@ -407,6 +440,13 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps-per-round", type=int, default=6)
+    parser.add_argument(
+        "--pieces",
+        type=int,
+        default=1,
+        help="profile each batch in this many pieces on one thread, as heedful train runs "
+        "them on each core (1: whole batches on both threads; the variants always are)",
+    )
     parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
     parser.add_argument("--cpu", help="a name for this CPU: its own result file and section")
     args = parser.parse_args()
