@@ -84,8 +84,9 @@ def test_the_function_checks_can_fail():
 
 
 # The stages, in the order a newcomer reads them (README, "Reading the code"): a module imports
-# only from its own stage and the stages above it in this list. The first four are plain
-# helpers of every stage (files, JSON, the machine and its allocator, scores of outputs).
+# only from its own stage and the stages above it in this list. The first seven are plain
+# helpers of every stage (files, JSON, output directories, the machine and its allocator,
+# logs, scores of outputs), as README's map of the code lists them.
 STAGES = [
     "heedful.io",
     "heedful.safejson",
