@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from ports import free_port
 from test_experiment import corpus, heedful, run_ok, weights, write_config
 
 from heedful.data.batching import InMemoryPairs, epoch_plan
@@ -91,12 +92,6 @@ def test_dataloader_workers_give_the_same_batches():
         assert (a.weight, a.global_tokens) == (b.weight, b.global_tokens)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(*args: str, log: Path, **env: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "torch.distributed.run", *args]
     # faulthandler: a worker that dies by a signal prints each thread's Python stack
@@ -125,6 +120,21 @@ def stop_all(nodes: list[subprocess.Popen]) -> None:
         node.wait()
 
 
+def wait_all(nodes: list[subprocess.Popen], timeout: float, logs: list[Path]) -> list[int]:
+    """Every node's exit code once all have ended. A node that fails ends the wait at once
+    (the others would wait for it until torchrun's own timeout, 10 minutes), and a failure or a
+    wait past `timeout` shows each node's log: the only account of a rendezvous that hung."""
+    deadline = time.time() + timeout
+    while (codes := [node.poll() for node in nodes]) and None in codes:
+        failed = any(code not in (None, 0) for code in codes)
+        if failed or time.time() > deadline:
+            told = "\n".join(f"--- {log.name}\n{log.read_text()}" for log in logs)
+            state = f"exit codes {codes}" if failed else f"still running after {timeout} s"
+            raise AssertionError(f"torchrun nodes: {state}\n{told}")
+        time.sleep(0.05)
+    return codes
+
+
 def two_nodes(config: Path, run_dir: Path, launch: list[str], tmp_path: Path):
     """One torchrun per "node", one process each, meeting on 127.0.0.1."""
     train = ["-m", "heedful", "train", str(config), "--run-dir", str(run_dir), "--no-progress"]
@@ -142,11 +152,12 @@ def test_two_nodes_over_localhost_train_like_one_process(tmp_path):
     static = lambda rank: [  # noqa: E731
         f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}"]  # fmt: skip
     nodes = two_nodes(config, tmp_path / "two", static, tmp_path)
+    files = [tmp_path / f"node{rank}.log" for rank in (0, 1)]
     try:
-        codes = [node.wait(timeout=300) for node in nodes]
+        codes = wait_all(nodes, 300, files)
     finally:
         stop_all(nodes)
-    logs = [(tmp_path / f"node{rank}.log").read_text() for rank in (0, 1)]
+    logs = [file.read_text() for file in files]
     assert codes == [0, 0], "".join(logs)
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     for name in a:
@@ -190,7 +201,7 @@ def test_a_killed_node_is_restarted_and_resumes_from_the_last_checkpoint(tmp_pat
             ).stdout.split()
         ]  # fmt: skip
         os.kill(worker, signal.SIGKILL)
-        codes = [n.wait(timeout=240) for n in nodes]
+        codes = wait_all(nodes, 240, [tmp_path / f"node{r}.log" for r in (0, 1)])
     finally:
         stop_all(nodes)
     logs = lambda: "".join((tmp_path / f"node{r}.log").read_text() for r in (0, 1))  # noqa: E731

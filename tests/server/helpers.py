@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from ports import free_port
 
 from heedful.server import ServerLimits, create_app, uvicorn_config
 
@@ -74,12 +74,6 @@ def client(model_dir: Path, limits: ServerLimits = LIMITS, **options) -> Iterato
             assert time.monotonic() < deadline, test_client.get("/ready").text
             time.sleep(0.02)
         yield test_client
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class InProcessServer:
