@@ -125,7 +125,7 @@ def wait_all(nodes: list[subprocess.Popen], timeout: float, logs: list[Path]) ->
     (the others would wait for it until torchrun's own timeout, 10 minutes), and a failure or a
     wait past `timeout` shows each node's log: the only account of a rendezvous that hung."""
     deadline = time.time() + timeout
-    while (codes := [node.poll() for node in nodes]) and None in codes:
+    while None in (codes := [node.poll() for node in nodes]):
         failed = any(code not in (None, 0) for code in codes)
         if failed or time.time() > deadline:
             told = "\n".join(f"--- {log.name}\n{log.read_text()}" for log in logs)
