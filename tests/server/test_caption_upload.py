@@ -29,6 +29,7 @@ from heedful.inference.translator import Translator
 from heedful.server import ServerLimits
 
 from .helpers import InProcessServer, client, error, ok
+from .test_hostile import wait_until
 
 LIMITS = ServerLimits(max_body_bytes=200_000, max_num_beams=4)
 PNG = encoded(Image.fromarray(picture(seed=5)))
@@ -320,9 +321,7 @@ def test_captions_past_their_deadline_do_not_jam_the_server(image_dir, monkeypat
         assert answer.status_code == 200, answer.text
         # the slow caption's count ends with its thread, which lets the model go a moment
         # before it returns: on busy cores the next caption can answer inside that moment
-        deadline = time.monotonic() + 30
-        while server.health()["in_flight"] and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.health()["in_flight"] == 0, "the slow caption's end", 30)
         assert server.health()["in_flight"] == 0
     finally:
         server.stop()
