@@ -171,6 +171,59 @@ def test_two_nodes_over_localhost_train_like_one_process(tmp_path):
     assert best == (tmp_path / "one" / "best").resolve().name and best in said[0] and best in one
 
 
+LEAVE = """
+import os, torch
+from heedful.training.distributed import Distributed
+
+def threads():
+    return " ".join(open(f"/proc/self/task/{t}/comm").read().strip()
+                    for t in os.listdir("/proc/self/task"))
+
+dist = Distributed.from_env()
+dist.start()
+net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))  # as train() wraps
+del net  # train() has returned
+print("@in the group:", threads())
+dist.finish()
+print("@after finish:", threads())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads are listed by /proc")
+def test_finish_ends_the_groups_threads_after_ddp():
+    """`finish` must end gloo's threads, not leave them to the interpreter's teardown, where
+    they once aborted rank 1 of the two-node test after its training went well (SIGABRT).
+    DDP used to keep the group alive past destroy_process_group (Distributed.start says how)."""
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", LEAVE],
+            env=group_env(port, rank),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        said = [proc.communicate(timeout=120)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, out in zip(procs, said):
+        assert proc.returncode == 0, out
+        threads = dict(line.split(": ", 1) for line in out.splitlines() if line.startswith("@"))
+        assert "gloo" in threads["@in the group"], out  # the check sees them while they live
+        after = threads["@after finish"]
+        assert "gloo" not in after and "tcpstore" not in after, out  # and none after
+
+
+def group_env(port: int, rank: int) -> dict[str, str]:
+    """What torchrun would give one of two processes (init_process_group's env:// reads it)."""
+    group = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank)}
+    return {**os.environ, **group, "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
+
+
 def test_a_killed_node_is_restarted_and_resumes_from_the_last_checkpoint(tmp_path):
     """torchrun --max-restarts: node 1's training process is killed; both nodes start again
     (a new rendezvous round) and resume from `latest`. TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as

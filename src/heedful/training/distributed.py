@@ -3,6 +3,7 @@ the clock, the barrier, joining and leaving the process group. Alone, all of it 
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 
@@ -38,6 +39,13 @@ class Distributed:
         warning = elastic_store_warning(os.environ)
         if warning and self.is_main:
             echo(warning)
+        # torch.distributed.nn.functional's collectives default to `group=group.WORLD`, a
+        # value read once, when the module is first imported. DDP imports it (through
+        # torch._dynamo) after the group exists, so ten defaults would hold the group: then
+        # destroy_process_group cannot free it, gloo's threads outlive `finish`, and the
+        # interpreter's teardown can abort under them (SIGABRT, "terminate called without an
+        # active exception"). Imported before the group, they hold None.
+        importlib.import_module("torch.distributed.nn.functional")
         torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
     def latest(self, seconds: float, device: str | torch.device = "cpu") -> float:
@@ -61,7 +69,8 @@ class Distributed:
         """Leave torchrun's process group once every process is done: a process that exits
         with the group still open can die in its threads' teardown ("terminate called without
         an active exception", exit -6) after training went well, and torchrun reports a
-        failure. Alone, there is nothing to leave."""
+        failure. The group (and gloo's threads) ends here only if nothing else holds it: see
+        `start`. Alone, there is nothing to leave."""
         if self.world_size > 1 and torch.distributed.is_initialized():
             torch.distributed.barrier()
             torch.distributed.destroy_process_group()
