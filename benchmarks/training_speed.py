@@ -4,6 +4,8 @@ that alternate, so that what else runs on the machine falls on both alike.
     git archive HEAD src | tar -x -C /tmp/heedful-head
     python benchmarks/training_speed.py --baseline /tmp/heedful-head/src \\
         --config configs/multi30k/transformer-tiny.yaml --steps 120 --rounds 3
+    python benchmarks/training_speed.py --baseline /tmp/heedful-head/src \\
+        --set train.output_products=bfloat16     # a setting for this tree's runs only
     python benchmarks/training_speed.py --report     # only rewrite docs/benchmarks.md
     python benchmarks/training_speed.py --report --cpu amd-epyc-avx2   # another CPU's section
 
@@ -66,11 +68,13 @@ def rate(
 def run(args) -> dict:
     trees = {"this": ROOT / "src", "baseline": args.baseline}
     rates: dict[str, list[float]] = {name: [] for name in trees}
+    extra = {"this": [a for kv in args.set for a in ("--set", kv)], "baseline": []}
     load = os.getloadavg()[0]
     for round_ in range(args.rounds):
         order = list(trees) if round_ % 2 == 0 else list(reversed(trees))
         for name in order:
-            rates[name].append(rate(args.config, args.steps, args.skip, trees[name]))
+            more = ("--threads", "2", *extra[name])
+            rates[name].append(rate(args.config, args.steps, args.skip, trees[name], more))
             print(f"round {round_ + 1} {name}: {rates[name][-1]:.0f} target tok/s", flush=True)
     config = Path(os.path.abspath(args.config)).relative_to(ROOT).as_posix()
     return {
@@ -137,6 +141,13 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=40, help="steps left out of the rate")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--note", default="", help="what the baseline is, for the report")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for this tree's runs only (one the baseline may not know)",
+    )
     parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
     parser.add_argument("--cpu", help="a name for this CPU: its own result file and section")
     args = parser.parse_args()

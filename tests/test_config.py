@@ -36,6 +36,13 @@ def test_yaml_and_overrides(tmp_path):
         ("model:\n  arch: lstm\n", "model.arch: 'lstm' is not one of"),
         ("train:\n  schedule: cosine\n", "train.schedule: 'cosine' is not one of"),
         ("train:\n  schedule: 3\n", "train.schedule: expected str"),
+        # train.output_products: the output layer's products in float32 or bfloat16
+        ("train:\n  output_products: float16\n", "train.output_products: 'float16' is not one"),
+        ("train:\n  output_products: ''\n", "train.output_products: '' is not one of"),
+        ("train:\n  output_products: true\n", "train.output_products: expected str"),
+        ("train:\n  output_products: 16\n", "train.output_products: expected str"),
+        ("train:\n  output_products: [auto]\n", "train.output_products: expected str"),
+        ("train:\n  output_products: AUTO\n", "train.output_products: 'AUTO' is not one of"),
         ("model:\n  d_model: 30\n  num_heads: 4\n", "divisible by model.num_heads"),
         ("train:\n  label_smoothing: 1.5\n", "train.label_smoothing"),
         ("train:\n  lr: .inf\n", "train.lr: must be a finite number"),

@@ -255,6 +255,14 @@ def _cpuinfo_field(names: tuple[str, ...]) -> str:
     return ""
 
 
+def bf16_units(flags: set[str] | None = None) -> str | None:
+    """The name of this x86 CPU's bfloat16 units ("AMX", "AVX512-BF16"), None without."""
+    flags = cpu_flags() if flags is None else flags
+    if "amx_bf16" in flags:
+        return "AMX"
+    return "AVX512-BF16" if "avx512_bf16" in flags else None
+
+
 def bf16_missing(flags: set[str] | None = None) -> str | None:
     """Why bfloat16 would be slow here, or None: an x86 CPU without AMX or AVX512-BF16 has no
     bfloat16 units, and torch then emulates each bfloat16 product (on an AVX2-only EPYC, a
@@ -263,7 +271,7 @@ def bf16_missing(flags: set[str] | None = None) -> str | None:
     flags = cpu_flags() if flags is None else flags
     if not flags or platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    if flags & {"amx_bf16", "avx512_bf16"}:
+    if bf16_units(flags):
         return None
     return (
         "this CPU has no bfloat16 units (AMX or AVX512-BF16): its bfloat16 products are "

@@ -150,6 +150,10 @@ class TrainConfig:
     accumulate: int = 1  # batches per optimizer step (gradient accumulation)
     # bfloat16 autocast for the forward pass; None: on when training on a GPU that has it
     bf16: bool | None = None
+    # the output layer's products when it and the loss go in slices (training in float32,
+    # training/output_loss.py): float32 | bfloat16 (float32 sums; the softmax and the loss in
+    # float32) | auto: bfloat16 on a CPU with bfloat16 units (AVX512-BF16, AMX), else float32
+    output_products: str = "float32"
     lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
     warmup_steps: int = 200
     schedule: str = "inverse_sqrt"  # inverse_sqrt (Noam) | constant | linear (to 0 at budget end)
@@ -191,6 +195,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _choice("train.schedule", self.schedule, ("inverse_sqrt", "constant", "linear"))
         _choice("train.optimizer", self.optimizer, ("adam", "adamw"))
+        _choice("train.output_products", self.output_products, ("float32", "bfloat16", "auto"))
         _choice("train.early_stopping_metric", self.early_stopping_metric, ("bleu", "chrf", "loss"))
         if not 0 <= self.seed < 2**63:  # torch.manual_seed takes no more
             raise ConfigError(f"train.seed: must be in [0, 2**63), got {self.seed}")

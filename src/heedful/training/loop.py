@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from heedful.config import TrainConfig
-from heedful.cpu import FreeCores, bf16_missing
+from heedful.cpu import FreeCores, bf16_missing, bf16_units
 from heedful.data.batching import Pairs
 from heedful.data.stream import BatchStream, Shard
 from heedful.data.tokenizers import PAD_ID
@@ -28,7 +28,7 @@ from heedful.evaluation import improves
 from heedful.logs import Progress, as_run_log
 from heedful.training.distributed import ALONE, Distributed
 from heedful.training.interrupts import STOP_SIGNALS, StopSignals
-from heedful.training.output_loss import output_layer_loss
+from heedful.training.output_loss import output_layer_loss, output_products
 from heedful.training.state import TrainProgress, TrainState
 from heedful.training.streams import Streams, backward_in_pieces, plan, split
 
@@ -110,6 +110,7 @@ def train(
     stream = _batches(pairs, config, p, dist)
     net = nn.parallel.DistributedDataParallel(model) if dist.world_size > 1 else model
     autocast = _autocast(config, device, echo if dist.is_main else None)
+    products = _products(config, model, device, autocast, echo if dist.is_main else None)
     shown = Progress(config.max_steps, p.step, progress and dist.is_main, as_run_log(echo))
     history, clock = [], _clock(p.seconds, dist, device)
     streams, cores = _threads(config, model, device, dist, autocast, echo)
@@ -120,7 +121,7 @@ def train(
             shards = [stream.next() for _ in range(config.accumulate)]
             with streams.step():
                 loss_sum, tokens = _optimizer_step(
-                    net, model, shards, state, config, dist, device, autocast, streams
+                    net, model, shards, state, config, dist, device, (autocast, products), streams
                 )
             _advance(p, stream, tokens, clock, cores, echo)
             _log(state, config, loss_sum * dist.world_size, tokens, shards, shown, log)
@@ -228,12 +229,14 @@ def _autocast(config: TrainConfig, device: str | torch.device, echo=None):
 
 
 def _optimizer_step(
-    net, model, shards: list[Shard], state, config, dist, device, autocast, streams: Streams
+    net, model, shards: list[Shard], state, config, dist, device, precision, streams: Streams
 ) -> tuple[float, int]:
     """One optimizer step over `accumulate` global batches -> (this rank's summed loss, the
     global batches' target tokens). Each rank's loss is its share of the global token mean, so
     gradients match one process on the whole batch. On a CPU each batch goes in pieces, side
-    by side in `streams` threads (training/streams.py)."""
+    by side in `streams` threads (training/streams.py). precision: the autocast context and
+    the output layer's products' dtype (`_products`)."""
+    autocast, products = precision
     total_tokens = sum(shard.global_tokens for shard in shards)
     state.optimizer.zero_grad(set_to_none=True)
     loss_sum = 0.0
@@ -242,13 +245,13 @@ def _optimizer_step(
         batch = batch.to(device)
         scale = weight * dist.world_size / total_tokens
         if (parts := split(batch, streams.pieces)) is not None:
-            loss_of = partial(_loss, model, sliced, config.label_smoothing)
+            loss_of = partial(_loss, model, sliced, config.label_smoothing, products=products)
             pieces_loss = backward_in_pieces(loss_of, model, parts, scale, streams.side_by_side)
             loss_sum += pieces_loss * weight
             continue
         sync = i == len(shards) - 1 or dist.world_size == 1
         with autocast, nullcontext() if sync else net.no_sync():
-            loss = _loss(net, sliced, config.label_smoothing, batch)
+            loss = _loss(net, sliced, config.label_smoothing, batch, products)
             (loss * scale).backward()
         loss_sum += loss.item() * weight
     _check_loss("training", loss_sum, state.progress.step + 1, config)
@@ -265,14 +268,32 @@ def _sliced(model: nn.Module, autocast) -> bool:
     return isinstance(autocast, nullcontext) and defers_output_layer(model)
 
 
-def _loss(net, sliced: bool, label_smoothing: float, batch) -> torch.Tensor:
-    """The batch's summed (smoothed) token loss, and the model's regulariser if it has one."""
+def _products(config: TrainConfig, model, device, autocast, echo) -> torch.dtype | None:
+    """bfloat16 where train.output_products asks for the output layer's products in it and
+    that layer goes in slices, with a line saying so; None (the states' own dtype) else."""
+    products = output_products(config.output_products, device)
+    if products is None or not _sliced(model, autocast):
+        return None
+    if echo is not None:
+        slow = bf16_missing() if torch.device(device).type == "cpu" else None
+        why = f"train.output_products={config.output_products}"
+        why += f": this CPU has {bf16_units()}" if config.output_products == "auto" else ""
+        line = f"precision: the output layer's products in bfloat16 ({why})"
+        echo(line + (f"; WARNING: {slow}" if slow else ""))
+    return products
+
+
+def _loss(net, sliced: bool, label_smoothing: float, batch, products=None) -> torch.Tensor:
+    """The batch's summed (smoothed) token loss, and the model's regulariser if it has one;
+    `products`: the sliced output layer's (`_products`)."""
     src, tgt_in, tgt_out = batch
     # states (B, T, D) and the output layer, or logits (B, T, V) from a model that cannot
     # defer that layer (the pointer-generator) or was not asked to
     out = net(src, tgt_in, project=False) if sliced else net(src, tgt_in)
     if out.features is not None:
-        loss = output_layer_loss(out.features, out.output_layer, tgt_out, label_smoothing, PAD_ID)
+        loss = output_layer_loss(
+            out.features, out.output_layer, tgt_out, label_smoothing, PAD_ID, products=products
+        )
     else:
         loss = sequence_loss(out.logits, tgt_out, label_smoothing, "sum")
     if out.penalty is not None:  # e.g. Show, Attend and Tell's attention regulariser
