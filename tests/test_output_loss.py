@@ -82,6 +82,12 @@ def test_a_tied_weight_adds_the_output_gradient_to_the_embedding_one():
     torch.testing.assert_close(sliced, embed.weight.grad, rtol=1e-4, atol=1e-5)
 
 
+def reversal_pairs(lengths, vocab: int, generator) -> InMemoryPairs:
+    """Random sources of these lengths (ids 4 to vocab - 1), each target its source reversed."""
+    src = [torch.randint(4, vocab, (int(n),), generator=generator).tolist() for n in lengths]
+    return InMemoryPairs(src, [list(reversed(s)) for s in src])
+
+
 def relative_error(value, ref):
     return float((value.double() - ref).norm() / ref.norm())
 
@@ -232,10 +238,7 @@ def test_training_through_the_sliced_loss_follows_the_plain_one(monkeypatch, mod
     """The same 6 steps with the logits whole (the model made to look like it cannot defer)
     and in slices: the weights agree to float round-off."""
     g = torch.Generator().manual_seed(0)
-    src = [
-        torch.randint(4, 12, (int(n),), generator=g).tolist() for n in torch.randint(2, 9, (40,))
-    ]
-    pairs = InMemoryPairs(src, [list(reversed(s)) for s in src])
+    pairs = reversal_pairs(torch.randint(2, 9, (40,)), 12, g)
     config = TrainConfig(batch_tokens=60, max_steps=6, warmup_steps=2, seed=2, lr=0.01)
     models = []
     for sliced in (True, False):
@@ -267,9 +270,7 @@ def test_training_with_bfloat16_output_products_follows_float32():
     Adam's steps, most where a gradient is near 0: a rare token's row; a wrong gradient would
     send the weights elsewhere), and the log says which ran."""
     g = torch.Generator().manual_seed(0)
-    lengths = torch.randint(2, 9, (40,), generator=g)
-    src = [torch.randint(4, 40, (int(n),), generator=g).tolist() for n in lengths]
-    pairs = InMemoryPairs(src, [list(reversed(s)) for s in src])
+    pairs = reversal_pairs(torch.randint(2, 9, (40,), generator=g), 40, g)
     model_config = ModelConfig(
         d_model=32,
         num_heads=2,
