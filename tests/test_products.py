@@ -1,24 +1,26 @@
-"""Inference's products through oneDNN's packed weights (layers/products.py) compute what the
-layers compute, follow the weights when they change, stay out of autograd, autocast, hooks and
-float64, and are chosen per CPU as packed_products says."""
+"""Inference's products through oneDNN's packed weights or numpy's OpenBLAS (layers/products.py,
+layers/openblas.py) compute what the layers compute, follow the weights when they change, stay
+out of autograd, autocast, hooks and float64, and are chosen per CPU as product_way says."""
 
 import copy
 import io
+import threading
 
 import pytest
 import torch
 from torch import nn
 
 from heedful.config import ModelConfig
-from heedful.layers import products
+from heedful.cpu import run_side_by_side
+from heedful.layers import openblas, products
 from heedful.layers.attention import MultiHeadAttention
 from heedful.layers.products import (
     CHOICE,
     apply,
     forget_products,
     keep_products,
-    packed_products,
     product,
+    product_way,
     rows_bucket,
 )
 from heedful.models.build import build_model
@@ -30,11 +32,19 @@ pytestmark = pytest.mark.skipif(
 BOS, EOS = 1, 2
 
 
-@pytest.fixture
-def packing(monkeypatch):
-    """Packed products on, whatever this CPU's vendor, for weights of any size."""
-    monkeypatch.setattr(products, "_packs_here", lambda: True)
+@pytest.fixture(params=["onednn", "openblas"])
+def packing(monkeypatch, request):
+    """Packed products on, through each library in turn, whatever this CPU, for weights of
+    any size."""
+    if request.param == "openblas" and not openblas.available():
+        pytest.skip("numpy's BLAS is not OpenBLAS 0.3.27 or later (test_numpys_openblas_is_found)")
+    monkeypatch.setattr(products, "_way_here", lambda: request.param)
     monkeypatch.setattr(products, "PACKED_MIN_WEIGHTS", 0)
+    threads = torch.get_num_threads()
+    if request.param == "openblas":
+        torch.set_num_threads(1)  # OpenBLAS takes one-thread work only
+    yield request.param
+    torch.set_num_threads(threads)
 
 
 def packed_entry(owner: nn.Module, *names: str):
@@ -63,10 +73,11 @@ def test_a_packed_product_equals_the_float64_product(packing, shape, bias):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("way", ["packed", "blas", "hooked"])
+@pytest.mark.parametrize("way", ["onednn", "openblas", "blas", "hooked"])
 def test_relu_follows_the_product_on_every_path(monkeypatch, way):
-    """The feed-forward's max(0, x W1 + b1): oneDNN's post-op where packed, else after it."""
-    monkeypatch.setattr(products, "_packs_here", lambda: way == "packed")
+    """The feed-forward's max(0, x W1 + b1): oneDNN's post-op where packed, OpenBLAS's product
+    then one pass adding the bias and cutting at 0, else after the layer."""
+    monkeypatch.setattr(products, "_way_here", lambda: "blas" if way == "hooked" else way)
     monkeypatch.setattr(products, "PACKED_MIN_WEIGHTS", 0)
     torch.manual_seed(4)
     owner = nn.Module()
@@ -79,7 +90,7 @@ def test_relu_follows_the_product_on_every_path(monkeypatch, way):
     want = reference(x, owner.layer.weight, owner.layer.bias).clamp(min=0)
     assert (want == 0).any() and (want > 0).any()
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
-    assert (packed_entry(owner, "layer") is not None) == (way == "packed")
+    assert (packed_entry(owner, "layer") is not None) == (way in ("onednn", "openblas"))
 
 
 def test_row_counts_fall_in_few_buckets():
@@ -92,8 +103,32 @@ def test_row_counts_fall_in_few_buckets():
     assert all(rows <= rows_bucket(rows) < 2 * rows for rows in range(2, products.MOST_ROWS + 1))
 
 
+def test_openblas_takes_only_work_that_torch_runs_on_one_thread(monkeypatch):
+    """A single batch on several threads keeps the BLAS: OpenBLAS's threads beside torch's
+    spinning ones decoded 10x slower."""
+    if not openblas.available():
+        pytest.skip("numpy's BLAS is not OpenBLAS 0.3.27 or later (test_numpys_openblas_is_found)")
+    monkeypatch.setattr(products, "_way_here", lambda: "openblas")
+    monkeypatch.setattr(products, "PACKED_MIN_WEIGHTS", 0)
+    threads = torch.get_num_threads()
+    x, taken = torch.randn(5, 16), []
+    try:
+        for count in (2, 1):
+            torch.set_num_threads(count)
+            owner = nn.Module()
+            owner.layer = nn.Linear(16, 8)
+            with torch.no_grad():
+                got = apply(owner, "layer", x)
+            want = reference(x, owner.layer.weight, owner.layer.bias)
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+            taken.append(packed_entry(owner, "layer") is not None)
+    finally:
+        torch.set_num_threads(threads)
+    assert taken == [False, True]
+
+
 def test_only_weights_large_enough_to_pay_are_packed(monkeypatch):
-    monkeypatch.setattr(products, "_packs_here", lambda: True)
+    monkeypatch.setattr(products, "_way_here", lambda: "onednn")
     small, large = nn.Module(), nn.Module()
     small.layer = nn.Linear(256, 256)  # 2^16 weights: the BLAS
     large.layer = nn.Linear(256, 512)  # 2^17: packed
@@ -210,44 +245,132 @@ def test_a_packed_model_can_still_be_copied_and_saved(packing):
 
 
 def test_a_search_packed_agrees_with_the_blas_one_within_float32(packing, monkeypatch):
-    """The same model's step log-probabilities through oneDNN and through the BLAS: two float32
-    kernels, so equal within round-off, not bit for bit."""
+    """The same model's step log-probabilities through oneDNN (or OpenBLAS) and through the
+    BLAS: two float32 kernels, so equal within round-off, not bit for bit."""
     model, src = tiny_model(3), torch.randint(4, 20, (4, 7))
     bos = torch.full((4,), BOS)
     with torch.no_grad():
         memory = model.encode(src)
         packed, _, _ = model.decode_step(memory, model.init_state(memory), bos)
         assert packed_entry(model.decoder, "generator") is not None
-        monkeypatch.setattr(products, "_packs_here", lambda: False)
+        monkeypatch.setattr(products, "_way_here", lambda: "blas")
         memory = model.encode(src)
         plain, _, _ = model.decode_step(memory, model.init_state(memory), bos)
         assert packed_entry(model.decoder, "generator") is None
     torch.testing.assert_close(packed, plain, rtol=1e-5, atol=1e-5)
 
 
+AMD, X86, AVX2, AVX512 = "AuthenticAMD", "x86_64", {"avx2", "fma"}, {"avx2", "avx512f"}
+
+
 @pytest.mark.parametrize(
-    "environ, vendor, machine, want",
+    "environ, vendor, machine, flags, openblas_ok, want",
     [
-        ({}, "AuthenticAMD", "x86_64", True),
-        ({}, "HygonGenuine", "x86_64", True),
-        ({}, "GenuineIntel", "x86_64", False),  # MKL on Intel's CPUs
-        ({}, "", "x86_64", False),  # vendor unknown: as before
-        ({}, "", "aarch64", False),
-        ({CHOICE: "onednn"}, "GenuineIntel", "x86_64", True),
-        ({CHOICE: " OneDNN\n"}, "", "aarch64", True),
-        ({CHOICE: "blas"}, "AuthenticAMD", "x86_64", False),
-        ({CHOICE: ""}, "AuthenticAMD", "x86_64", True),  # empty: unset
+        ({}, AMD, X86, AVX2, True, "openblas"),  # the Zen 3 EPYC
+        ({}, AMD, X86, AVX2, False, "onednn"),  # numpy without OpenBLAS's per-thread count
+        ({}, AMD, X86, AVX512, True, "onednn"),  # the Zen 4 EPYC
+        ({}, "HygonGenuine", X86, AVX2, True, "openblas"),
+        ({}, "GenuineIntel", X86, AVX2, True, "blas"),  # MKL on Intel's CPUs
+        ({}, "", X86, AVX2, True, "blas"),  # vendor unknown: as before
+        ({}, "", "aarch64", set(), True, "blas"),
+        ({CHOICE: "onednn"}, "GenuineIntel", X86, AVX2, True, "onednn"),
+        ({CHOICE: " OneDNN\n"}, "", "aarch64", set(), True, "onednn"),
+        ({CHOICE: "openblas"}, "GenuineIntel", X86, AVX512, True, "openblas"),
+        ({CHOICE: "OpenBLAS"}, AMD, X86, AVX512, False, "onednn"),  # the next way it can take
+        ({CHOICE: "blas"}, AMD, X86, AVX2, True, "blas"),
+        ({CHOICE: ""}, AMD, X86, AVX512, True, "onednn"),  # empty: unset
     ],
 )
-def test_where_products_are_packed(environ, vendor, machine, want):
-    assert packed_products(environ, vendor, machine) is want
+def test_where_products_go(environ, vendor, machine, flags, openblas_ok, want):
+    assert product_way(environ, vendor, machine, flags, openblas_ok) == want
 
 
 @pytest.mark.parametrize("value", ["1", "mkl", "yes", "onednn,blas", "oneDNN\x00", "é" * 5000])
 def test_a_bad_choice_is_refused_by_name(value):
     with pytest.raises(ValueError, match=CHOICE) as error:
-        packed_products({CHOICE: value}, "AuthenticAMD", "x86_64")
-    assert "onednn or blas" in str(error.value)
+        product_way({CHOICE: value}, AMD, X86, AVX2, True)
+    assert "onednn, openblas or blas" in str(error.value)
+
+
+def test_numpys_openblas_is_found():
+    """Where numpy's wheel carries OpenBLAS 0.3.27 or later (PyPI's numpy 2 does), openblas.py
+    finds its per-thread count, so the OpenBLAS tests above run rather than skip."""
+    numpy = pytest.importorskip("numpy")
+    blas = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    version = tuple(int(part) for part in blas.get("version", "0").split(".")[:3])
+    if "openblas" in blas["name"] and version >= (0, 3, 27):
+        assert openblas.available()
+
+
+LIBS = "/venv/site-packages/numpy.libs"
+LINE = "7f3a-7f3b r-xp 00001000 08:01 1234     "  # address, permissions, offset, device, inode
+
+
+@pytest.mark.parametrize(
+    "maps, want",
+    [
+        (f"{LINE}{LIBS}/libscipy_openblas64_-32a4.so", f"{LIBS}/libscipy_openblas64_-32a4.so"),
+        (
+            f"{LINE}{LIBS}/libopenblas64_p-r0-0cf96a72.3.23.so",
+            f"{LIBS}/libopenblas64_p-r0-0cf96a72.3.23.so",
+        ),
+        ("", None),  # empty
+        (f"{LINE}", None),  # an anonymous mapping: no path
+        (f"{LINE}{LIBS}/libgfortran-040039e1.so.5", None),  # numpy's, not OpenBLAS
+        (f"{LINE}/usr/lib/libopenblas.so.0", None),  # another OpenBLAS than numpy's
+        (f"{LINE}{LIBS}/libscipy_openblas64_.so (deleted)", None),  # replaced on disk
+        (f"{LINE}{LIBS}/sub dir/libopenblas.so", None),  # below the folder, a space in its name
+        ("7f3a-7f3b r-xp", None),  # truncated
+        ("\x00\ufffd" * 10_000, None),  # binary, huge
+    ],
+)
+def test_numpys_openblas_is_told_from_other_libraries(maps, want):
+    from pathlib import Path
+
+    got = openblas.bundled_openblas(maps, Path(LIBS))
+    assert got == (None if want is None else Path(want))
+
+
+def test_openblas_runs_on_one_thread_and_puts_the_count_back(monkeypatch):
+    """A product sets the calling thread's OpenBLAS count to one for its own call only:
+    numpy's other work keeps the count it had."""
+    if not openblas.available():
+        pytest.skip("numpy's BLAS is not OpenBLAS 0.3.27 or later (test_numpys_openblas_is_found)")
+    setter, seen = openblas._thread_setter(), []
+    monkeypatch.setattr(openblas, "_thread_setter", lambda: lambda n: seen.append(n) or setter(n))
+    x, weight = torch.randn(9, 16), torch.randn(16, 4)
+    before = setter(3)
+    try:
+        got = openblas.linear(x, weight, None, relu=False)
+    finally:
+        assert setter(before) == 3  # put back
+    assert seen == [1, 3]
+    torch.testing.assert_close(got.double(), x.double() @ weight.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_products_side_by_side_in_streams_are_each_right(packing):
+    """Decoding's streams multiply at once, each from its own thread (cpu.in_streams): each
+    product equals its float64 reference."""
+    torch.manual_seed(5)
+    owner = nn.Module()
+    owner.layer = nn.Linear(64, 96)
+    inputs, got, lock = (
+        [torch.randn(rows, 64) for rows in (1, 7, 64, 200, 33, 512)],
+        {},
+        threading.Lock(),
+    )
+
+    def multiply(i: int) -> None:
+        with torch.no_grad():
+            y = apply(owner, "layer", inputs[i], relu=i % 2 == 1)
+        with lock:
+            got[i] = y
+
+    run_side_by_side(multiply, list(range(len(inputs))) * 3, streams=2)
+    for i, x in enumerate(inputs):
+        want = reference(x, owner.layer.weight, owner.layer.bias)
+        want = want.clamp(min=0) if i % 2 == 1 else want
+        torch.testing.assert_close(got[i].double(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_a_loaded_translator_keeps_its_products_across_calls(packing, reverse_model_dir):
@@ -269,10 +392,10 @@ def test_a_bad_choice_stops_loading_a_translator(monkeypatch, reverse_model_dir)
     from heedful.inference.translator import Translator
 
     monkeypatch.setenv(CHOICE, "fast")
-    products._packs_here.cache_clear()
+    products._way_here.cache_clear()
     try:
         with pytest.raises(ValueError, match=f"{CHOICE}='fast'"):
             Translator.load(reverse_model_dir)
     finally:
         monkeypatch.delenv(CHOICE)
-        products._packs_here.cache_clear()
+        products._way_here.cache_clear()

@@ -11,9 +11,10 @@ Packed: torch multiplies float32 through the BLAS it was built with (MKL on x86)
 CPUs other than Intel's ran decoding's thin products at two thirds of the rate oneDNN reaches
 with the weight reordered once into its own blocked layout (a 64 x 256 x 8,000 output layer
 on an AMD EPYC: 76 against 108 GFLOP/s, 8 rows 51 against 99; benchmarks/decode_gemm.py).
-CTranslate2 makes the same choice: MKL on Intel's CPUs, oneDNN elsewhere (`packed_products`).
-Packed products have no backward, so only a product without autograd (search, a no_grad
-forward) takes them.
+CTranslate2 makes the same choice: MKL on Intel's CPUs, oneDNN elsewhere. On an AVX2-only
+AMD CPU numpy's OpenBLAS ran them faster still, from a copy of the weight transposed once
+(openblas.py), so `product_way` picks one of three per CPU. Packed products have no backward,
+so only a product without autograd (search, a no_grad forward) takes them.
 
 Without autograd the copies (stacked, packed) are kept for the module that owns the layers, in
 a table beside it (not on it: a packed tensor can be neither copied nor saved, and state dicts
@@ -39,9 +40,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as hooks
 
-from heedful.cpu import cpu_vendor
+from heedful.cpu import cpu_flags, cpu_vendor
+from heedful.layers import openblas
 
-CHOICE = "HEEDFUL_CPU_PRODUCTS"  # onednn | blas: the user's choice over packed_products' own
+CHOICE = "HEEDFUL_CPU_PRODUCTS"  # onednn | openblas | blas: the user's over product_way's own
 _copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # owner -> {names: entry}
 _kept: weakref.WeakSet = weakref.WeakSet()  # models whose copies outlive a search
 PACKED_ROWS = 64  # the row count oneDNN chooses the weight's layout for: a decoding batch
@@ -67,8 +69,12 @@ def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu
 
 def _packed_product(owner: nn.Module, parts: dict, stacked: tuple, x: torch.Tensor, relu: bool):
     """`product` through the packed copy of `stacked` (made on first use), once _may_pack
-    has said yes; rows padded to rows_bucket's count."""
+    has said yes: oneDNN's, rows padded to rows_bucket's count, or Wᵀ for OpenBLAS."""
     entry = _copies[owner][tuple(parts)]
+    if _way_here() == "openblas":  # no kernel per row count there: no padding
+        if entry["packed"] is None:
+            entry["packed"] = stacked[0].t().contiguous()  # (D_in, D_out), as OpenBLAS reads it
+        return openblas.linear(x, entry["packed"], stacked[1], relu)
     if entry["packed"] is None:
         entry["packed"] = torch.ops.mkldnn._reorder_linear_weight(stacked[0], PACKED_ROWS)
     post = "relu" if relu else "none"  # oneDNN's post-op, applied as each block is written
@@ -146,7 +152,7 @@ def keep_products(model: nn.Module, keep: bool = True) -> None:
     one search to the next: its weights will not change in place (a Translator's model).
     keep=False drops them, as training mode does. Reads HEEDFUL_CPU_PRODUCTS: a value it does
     not know is refused here, when a model is loaded, not in the middle of a search."""
-    _packs_here()
+    _way_here()
     for module in model.modules():
         if keep:
             _kept.add(module)
@@ -156,11 +162,16 @@ def keep_products(model: nn.Module, keep: bool = True) -> None:
 
 
 def _may_pack(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether this product goes through oneDNN's packed weights: float32 on the CPU, a weight
-    large enough to pay for the call's fixed costs, outside autocast (whose lower precision
-    the packed product would skip), where `packed_products` chose it."""
+    """Whether this product goes through a packed copy of its weight: float32 on the CPU, a
+    weight large enough to pay for the call's fixed costs, outside autocast (whose lower
+    precision the packed product would skip), where `product_way` chose oneDNN, or OpenBLAS
+    and torch runs this thread's operators on one thread (decoding's streams, `--threads 1`).
+    OpenBLAS runs on one thread of its own (openblas.py): with more, its threads and torch's,
+    which spin between operators, would share the cores (a single batch on two threads
+    decoded 10x slower), so a single batch on several threads keeps the BLAS."""
+    way = _way_here()
     return (
-        _packs_here()
+        (way == "onednn" or way == "openblas" and torch.get_num_threads() == 1)
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and weight.numel() >= PACKED_MIN_WEIGHTS
@@ -170,26 +181,34 @@ def _may_pack(x: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
-def packed_products(environ=None, vendor: str | None = None, machine: str | None = None) -> bool:
-    """Whether float32 products without autograd go through oneDNN's packed weights here:
-    as HEEDFUL_CPU_PRODUCTS says (onednn, blas) where it is set, else on an x86 CPU that is
-    not Intel's. Intel's CPUs keep MKL, their vendor's own library (and CTranslate2's choice
-    there); other architectures keep their BLAS: neither was measured against oneDNN here.
-    Never where this torch lacks oneDNN or the two operators (torch's own, for inductor)."""
+def product_way(environ=None, vendor=None, machine=None, flags=None, openblas_ok=None) -> str:
+    """Where float32 products without autograd go here: "onednn" (packed weights), "openblas"
+    (numpy's, openblas.py) or "blas" (torch's own F.linear), as HEEDFUL_CPU_PRODUCTS says
+    where it is set, else by the CPU. Intel's CPUs keep MKL, their vendor's own library (and
+    CTranslate2's choice there); other architectures keep their BLAS: neither was measured
+    against the others here. Other x86 CPUs take OpenBLAS where they lack AVX-512 (measured on
+    an AVX2-only AMD EPYC, Zen 3) and oneDNN where they have it (a Zen 4 EPYC); a way this
+    process cannot take (a torch without oneDNN's operators, a numpy without OpenBLAS's
+    per-thread count) falls back to the next, oneDNN, then the BLAS."""
     environ = os.environ if environ is None else environ
     choice = environ.get(CHOICE, "").strip().lower()
-    if choice not in ("", "onednn", "blas"):
+    if choice not in ("", "onednn", "openblas", "blas"):
         raise ValueError(
-            f"{CHOICE}={environ[CHOICE]!r}: choose onednn or blas (unset: oneDNN on x86 CPUs "
-            "other than Intel's, the BLAS elsewhere)"
+            f"{CHOICE}={environ[CHOICE]!r}: choose onednn, openblas or blas (unset: OpenBLAS "
+            "on x86 CPUs other than Intel's without AVX-512, oneDNN on those with it, the BLAS "
+            "elsewhere)"
         )
-    if not _packing_ops() or choice == "blas":
-        return False
-    if choice == "onednn":
-        return True
-    vendor = cpu_vendor() if vendor is None else vendor
-    machine = platform.machine().lower() if machine is None else machine
-    return machine in ("x86_64", "amd64") and vendor not in ("", "GenuineIntel")
+    if not choice:
+        vendor = cpu_vendor() if vendor is None else vendor
+        machine = platform.machine().lower() if machine is None else machine
+        if machine not in ("x86_64", "amd64") or vendor in ("", "GenuineIntel"):
+            return "blas"
+        flags = cpu_flags() if flags is None else flags
+        choice = "onednn" if "avx512f" in flags else "openblas"
+    openblas_ok = openblas.available() if openblas_ok is None else openblas_ok
+    if choice == "openblas" and openblas_ok:
+        return "openblas"
+    return "onednn" if choice != "blas" and _packing_ops() else "blas"
 
 
 def _packing_ops() -> bool:
@@ -201,8 +220,8 @@ def _packing_ops() -> bool:
 
 
 @functools.cache
-def _packs_here() -> bool:
-    return packed_products()
+def _way_here() -> str:
+    return product_way()
 
 
 def _stack(layers: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
