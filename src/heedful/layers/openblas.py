@@ -2,8 +2,9 @@
 
 Why a second library: on an AVX2-only AMD EPYC (Zen 3) OpenBLAS's kernels ran decoding's thin
 products on one thread faster than oneDNN's packed weights (64 x 256 x 8,000: 72 against 60
-GFLOP/s; benchmarks/decode_gemm.py), and beam search 1.16-1.18x faster as a whole
-(docs/benchmarks.md, "Session 31"). numpy holds the library already (heedful depends on numpy),
+GFLOP/s; benchmarks/decode_gemm.py), and decoding as a whole on one thread 1.06x greedy and
+1.09x at beam 5, on two threads level greedy and 1.05-1.18x at beam 5 (docs/benchmarks.md,
+"Session 31"). numpy holds the library already (heedful depends on numpy),
 multiplies torch's tensors in place through `.numpy()` views, and lets go of Python's lock
 inside the product, so decoding's streams (cpu.in_streams) run side by side as they do in torch.
 
@@ -57,7 +58,7 @@ def bundled_openblas(maps: str, folder: Path) -> Path | None:
 
 
 def available() -> bool:
-    """Whether products can go through numpy's OpenBLAS with the calling thread's count."""
+    """Whether products can go through numpy's OpenBLAS, one thread of its own each."""
     return _thread_setter() is not None
 
 

@@ -205,8 +205,7 @@ def product_way(environ=None, vendor=None, machine=None, flags=None, openblas_ok
             return "blas"
         flags = cpu_flags() if flags is None else flags
         choice = "onednn" if "avx512f" in flags else "openblas"
-    openblas_ok = openblas.available() if openblas_ok is None else openblas_ok
-    if choice == "openblas" and openblas_ok:
+    if choice == "openblas" and (openblas.available() if openblas_ok is None else openblas_ok):
         return "openblas"
     return "onednn" if choice != "blas" and _packing_ops() else "blas"
 
