@@ -1,10 +1,11 @@
 """search/topk.py: the k best of each row through block maxima must be what torch.topk finds,
-value for value, on every kind of row a search can produce."""
+value for value, on every kind of row a search can produce; the best of each row through
+numpy's argmax what torch's max finds, index for index."""
 
 import pytest
 import torch
 
-from heedful.search.topk import BLOCK, row_topk
+from heedful.search.topk import BLOCK, row_max, row_topk
 
 
 def assert_same_as_topk(x: torch.Tensor, k: int) -> None:
@@ -70,3 +71,50 @@ def test_beam_search_over_a_wide_vocabulary_finds_what_torchs_topk_finds(monkeyp
     for hs, ws in zip(found, want):
         torch.testing.assert_close([h.score for h in hs], [w.score for w in ws])
     assert any(len(h.tokens) > 2 for hs in found for h in hs)  # the searches went some way
+
+
+def _rows_of_every_kind() -> dict[str, torch.Tensor]:
+    """Rows a search's log-probabilities can be, and some they should never be."""
+    generator = torch.Generator().manual_seed(1)
+    ties = torch.randint(0, 3, (16, 500), generator=generator).float()  # the first of equals
+    masked = torch.randn(6, 8000, generator=generator).log_softmax(-1)
+    masked[:, ::2] = float("-inf")
+    masked[2] = float("-inf")  # a row with nothing allowed
+    masked[3] = float("-inf")
+    masked[3, 7999] = 0.0  # a forced token in the last place
+    with_nan = torch.randn(5, 300, generator=generator)
+    with_nan[1, 17] = float("nan")
+    with_nan[2, 3:9] = float("nan")  # several: the first one
+    with_nan[3, :] = float("nan")
+    wide = torch.randn(64, 8000, generator=generator, dtype=torch.float64)
+    return {
+        "log-probabilities": torch.randn(37, 8000, generator=generator).log_softmax(-1),
+        "ties": ties,
+        "all equal": torch.full((4, 100), -2.5),
+        "masked": masked,
+        "nan": with_nan,
+        "float64": wide,
+        "a column of a wider tensor": wide[:, ::3],  # not contiguous
+        "one column": torch.randn(7, 1, generator=generator),
+        "no rows": torch.empty(0, 8000),
+        "infinities": torch.tensor([[float("inf"), 1.0, float("inf")], [1.0, -1.0, 0.0]]),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_rows_of_every_kind()))
+def test_row_max_is_torchs_max_index_for_index(kind):
+    x = _rows_of_every_kind()[kind]
+    values, indices = row_max(x)
+    want = x.max(dim=1)
+    assert indices.dtype == torch.long and indices.shape == want.indices.shape
+    assert torch.equal(indices, want.indices)
+    torch.testing.assert_close(values, want.values, atol=0, rtol=0, equal_nan=True)
+
+
+def test_row_max_leaves_what_numpy_cannot_read_to_torch():
+    half = torch.randn(9, 300).to(torch.bfloat16)
+    with_grad = torch.randn(9, 300, requires_grad=True)
+    for x in (half, with_grad):
+        values, indices = row_max(x)
+        assert torch.equal(indices, x.max(dim=1).indices) and values.dtype == x.dtype
+    assert row_max(with_grad)[0].requires_grad  # torch's, which autograd follows

@@ -19,6 +19,7 @@ import torch
 from heedful.models.base import Seq2SeqModel
 from heedful.search.prefix import force, prefix_tensor
 from heedful.search.sampling import Sampling, draw
+from heedful.search.topk import row_max
 
 
 @dataclass
@@ -129,7 +130,7 @@ def _one_path(model, src, bos_id, eos_id, ratio_offset, prefix, choose) -> list[
     for step in range(steps):
         log_probs, state, _ = model.decode_step(memory, state, last, need_weights=False)
         log_probs = force(log_probs, forced, step)
-        best_score, last = log_probs.max(dim=-1) if choose is None else choose(log_probs)  # (R,)
+        best_score, last = row_max(log_probs) if choose is None else choose(log_probs)  # (R,)
         active = ~done[rows]  # (R,)
         scores[rows] += torch.where(active, best_score, torch.zeros_like(best_score))
         lengths[rows] += active.long()
