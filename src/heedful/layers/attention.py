@@ -235,7 +235,21 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of projected heads q (B, H, Lq, D/H) over k, v (B, H_kv, Lk, D/H), then
-        W_O. Grouped heads are repeated to H here, so caches stay H_kv wide."""
+        W_O: (B, Lq, D) and weights (B, H, Lq, Lk) or None."""
+        z, weights = self.heads_context(q, k, v, mask, need_weights)
+        return apply(self, "w_o", z), weights
+
+    def heads_context(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """z = Concat(head_1..head_H) (B, Lq, D), what W_O reads, of projected heads q
+        (B, H, Lq, D/H) over k, v (B, H_kv, Lk, D/H); weights (B, H, Lq, Lk) or None.
+        Grouped heads are repeated to H here, so caches stay H_kv wide."""
         b, _, lq, _ = q.shape
         if (group := self.num_heads // k.size(1)) > 1:  # GQA: each K, V head serves a group
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -249,8 +263,7 @@ class MultiHeadAttention(nn.Module):
             out, weights = _one_query_attention(q, k, v, mask), None
         else:
             out, weights = _fused_attention(q, k, v, mask, p), None
-        out = out.transpose(1, 2).reshape(b, lq, self.d_model)  # merge heads: (B, Lq, D)
-        return apply(self, "w_o", out), weights
+        return out.transpose(1, 2).reshape(b, lq, self.d_model), weights  # merge heads
 
 
 def _one_query_each(q: torch.Tensor, dropout_p: float) -> bool:

@@ -77,7 +77,7 @@ def linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None, r
     finally:
         setter(before)
     if bias is not None and relu:
-        torch.ops.aten._add_relu_(y, bias)  # y = max(0, y + b) in one pass
+        torch.ops.aten._add_relu_.Tensor(y, bias)  # y = max(0, y + b) in one pass
     elif bias is not None:
         y.add_(bias)
     elif relu:

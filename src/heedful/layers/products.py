@@ -64,13 +64,43 @@ def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu
     if torch.is_grad_enabled() or not _may_pack(x, stacked[0]):
         y = F.linear(x, *stacked)
         return F.relu(y) if relu else y
-    return _packed_product(owner, parts, stacked, x, relu)
+    return _packed_product(_copies[owner][tuple(parts)], x, relu)
 
 
-def _packed_product(owner: nn.Module, parts: dict, stacked: tuple, x: torch.Tensor, relu: bool):
-    """`product` through the packed copy of `stacked` (made on first use), once _may_pack
-    has said yes: oneDNN's, rows padded to rows_bucket's count, or Wᵀ for OpenBLAS."""
-    entry = _copies[owner][tuple(parts)]
+class Product:
+    """`product` of owner's Linear layers `parts` for the rest of a search, its checks made
+    once: the layers are plain and unhooked, their copies made (`planned` makes one, or None).
+    A search's weights are fixed from its encode on, so only what a call's input decides is
+    left to decide per call: packed or the BLAS. Why: a decoding step of one sentence makes 19
+    products of a few microseconds of arithmetic each, and `apply`'s checks and lookups took
+    longer than the arithmetic (models/transformer_step.py)."""
+
+    def __init__(self, entry: dict):
+        self.entry = entry  # _copies' entry: the stacked weight and bias, and the packed copy
+        self.weight, self.bias = entry["stacked"]
+        self.packable = _packable(self.weight)
+
+    def __call__(self, x: torch.Tensor, relu: bool = False) -> torch.Tensor:
+        """x [W_1; ..]ᵀ + b, then max(0, ·) with relu, as `product` computes it."""
+        if self.packable and _input_fits(x):
+            return _packed_product(self.entry, x, relu)
+        y = F.linear(x, self.weight, self.bias)
+        return F.relu(y) if relu else y
+
+
+def planned(owner: nn.Module, parts: dict[str, nn.Module]) -> Product | None:
+    """owner's layers `parts` as a Product, without autograd; None where `product` would give
+    None (a layer not a plain nn.Linear, or hooked). Names as `apply` and `product` use them
+    (attribute names), so that the three share one copy of the weights."""
+    if torch.is_grad_enabled() or stacked_weights(owner, parts) is None:
+        return None
+    return Product(_copies[owner][tuple(parts)])
+
+
+def _packed_product(entry: dict, x: torch.Tensor, relu: bool):
+    """`product` through the packed copy of entry's stacked weight (made on first use), once
+    _may_pack has said yes: oneDNN's, rows padded to rows_bucket's count, or Wᵀ for OpenBLAS."""
+    stacked = entry["stacked"]
     if _way_here() == "openblas":  # no kernel per row count there: no padding
         if entry["packed"] is None:
             entry["packed"] = stacked[0].t().contiguous()  # (D_in, D_out), as OpenBLAS reads it
@@ -115,7 +145,8 @@ def apply(owner: nn.Module, name: str, x: torch.Tensor, relu=False) -> torch.Ten
         and not _hooked(layer)
     ):  # the checks product() would make again: straight to the packed product
         parts = {name: layer}
-        return _packed_product(owner, parts, stacked_weights(owner, parts), x, relu)
+        stacked_weights(owner, parts)  # the copies, made or checked
+        return _packed_product(_copies[owner][(name,)], x, relu)
     return F.relu(layer(x)) if relu else layer(x)  # the layer's own call, as fast as before
 
 
@@ -169,12 +200,25 @@ def _may_pack(x: torch.Tensor, weight: torch.Tensor) -> bool:
     OpenBLAS runs on one thread of its own (openblas.py): with more, its threads and torch's,
     which spin between operators, would share the cores (a single batch on two threads
     decoded 10x slower), so a single batch on several threads keeps the BLAS."""
-    way = _way_here()
+    return _packable(weight) and _input_fits(x)
+
+
+def _packable(weight: torch.Tensor) -> bool:
+    """What `_may_pack` asks of the weight alone (fixed for a search: Product asks once)."""
     return (
-        (way == "onednn" or way == "openblas" and torch.get_num_threads() == 1)
-        and x.device.type == "cpu"
-        and x.dtype == weight.dtype == torch.float32
+        _way_here() in ("onednn", "openblas")
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
         and weight.numel() >= PACKED_MIN_WEIGHTS
+    )
+
+
+def _input_fits(x: torch.Tensor) -> bool:
+    """What `_may_pack` asks of this call: its input, the threads, autocast, oneDNN's switch."""
+    return (
+        (_way_here() == "onednn" or torch.get_num_threads() == 1)
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
         and x.numel() <= MOST_ROWS * x.size(-1)  # above: an encoder's batch, the BLAS
         and not torch.is_autocast_enabled("cpu")
         and torch.backends.mkldnn.enabled

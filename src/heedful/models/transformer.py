@@ -21,6 +21,7 @@ from heedful.layers.positional import POSITIONAL_ENCODINGS
 from heedful.layers.products import apply
 from heedful.models.base import AttentionMaps, Memory, Seq2SeqOutput, StepAttention, step_log_probs
 from heedful.models.transformer_state import KV, KVCache, TransformerState
+from heedful.models.transformer_step import StepPlan
 
 
 class FeedForward(nn.Module):
@@ -224,7 +225,11 @@ class TransformerDecoder(nn.Module):
         if not torch.is_grad_enabled():  # a search reads them at every step: in the layout
             # its one-query attention reads in place (layers/attention.py), copied once here
             cross_kv = [(k.contiguous(), v.contiguous()) for k, v in cross_kv]
-        return TransformerState(cross_kv, [None] * len(self.layers), src_mask=memory.mask)
+        plan = None if torch.is_grad_enabled() or self.training else StepPlan.of(self)
+        mask = memory.mask
+        if plan is not None and bool(mask.all()):  # no padding (one sentence, or pixels):
+            mask = None  # every step's cross-attention is then a plain one, with no masking
+        return TransformerState(cross_kv, [None] * len(self.layers), src_mask=mask, plan=plan)
 
     def _run(self, x, state: TransformerState, tgt_mask, need_weights, project=True):
         """The stack over embedded target positions x (B, T, D) -> logits (B, T, V), or the
@@ -261,7 +266,12 @@ class TransformerDecoder(nn.Module):
     def step(
         self, memory: Memory, state: TransformerState, last_tokens: torch.Tensor, need_weights=True
     ) -> tuple[torch.Tensor, TransformerState, StepAttention | None]:
-        """One new position: last_tokens (B,) -> log-probabilities (B, V) of the next token."""
+        """One new position: last_tokens (B,) -> log-probabilities (B, V) of the next token.
+        Through the search's StepPlan where init_state made one and no weights are asked for
+        (the same operators without the modules' calls), else through the modules."""
+        if state.plan is not None and not need_weights:
+            log_probs, state = state.plan.step(self, state, last_tokens)
+            return log_probs, state, None
         x = self.embed(last_tokens.unsqueeze(1), offset=state.position)  # (B, 1, D)
         # No mask needed for self-attention: the cache holds only past positions.
         past = replace(state, self_kv=[KVCache.of(kv) for kv in state.self_kv])

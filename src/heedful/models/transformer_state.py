@@ -5,7 +5,7 @@ tile rows through `TransformerState.index_select`; models/transformer.py's decod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -89,6 +89,7 @@ class TransformerState:
     position: int = 0
     src_mask: torch.Tensor | None = None  # (B_src, 1, S) the sources' real tokens
     beams: int = 1  # consecutive decode rows per source
+    plan: object | None = None  # transformer_step.StepPlan: the step without the modules' calls
 
     def index_select(self, index: torch.Tensor, same_sources: bool = False) -> TransformerState:
         """Rows `index` of the state. same_sources: each new row reads the same source sentence
@@ -105,11 +106,11 @@ class TransformerState:
 
         past = [pick(kv) for kv in self.self_kv]
         if same_sources:
-            return TransformerState(self.cross_kv, past, self.position, self.src_mask, self.beams)
+            return replace(self, self_kv=past)
         sources, beams = self._sources(index)
         cross = [pick(kv, sources) for kv in self.cross_kv]
         mask = None if self.src_mask is None else self.src_mask.index_select(0, sources)
-        return TransformerState(cross, past, self.position, mask, beams)
+        return replace(self, cross_kv=cross, self_kv=past, src_mask=mask, beams=beams)
 
     def _sources(self, index: torch.Tensor) -> tuple[torch.Tensor, int]:
         """The sources the new rows read, and how many consecutive rows read each: one row per
