@@ -44,7 +44,7 @@ PROFILED = 256  # sentences translated under the profiler
 # ---- the worker: one engine, loaded once, timing what it is asked to ------------------------
 
 
-def worker(way: str, model: Path, sentences: int, threads: int) -> None:
+def worker(way: str, model: Path, sentences: int, threads: int, batch: int) -> None:
     """Read commands from stdin ('1', '5': translate with that many beams; 'profile N'), answer
     one JSON line each on stdout."""
     import torch
@@ -61,15 +61,15 @@ def worker(way: str, model: Path, sentences: int, threads: int) -> None:
         engine = "ctranslate2" if way == "ctranslate2" else "torch"  # an --env-way is heedful
         translator = load_translator(model, engine, threads=threads)
     for beams in BEAMS:  # warm-up: first-touch allocations, lazily built kernels
-        translator.translate(sources[:BATCH], num_beams=beams, batch_size=BATCH)
+        translator.translate(sources[:batch], num_beams=beams, batch_size=batch)
     print(json.dumps({"ready": way}), flush=True)
     for line in sys.stdin:
         command = line.split()
         if command[0] == "profile":
-            answer = breakdown(translator, sources[:PROFILED], int(command[1]))
+            answer = breakdown(translator, sources[:PROFILED], int(command[1]), batch)
         else:
             start, cpu = time.perf_counter(), time.process_time()
-            found = translator.translate(sources, num_beams=int(command[0]), batch_size=BATCH)
+            found = translator.translate(sources, num_beams=int(command[0]), batch_size=batch)
             answer = {"seconds": time.perf_counter() - start, "texts": [t.text for t in found],
                       "cpu_seconds": time.process_time() - cpu}  # fmt: skip
         print(json.dumps(answer), flush=True)
@@ -116,7 +116,7 @@ CATEGORIES = {  # profiler label -> the row it is counted in
 }
 
 
-def breakdown(translator, sources: list[str], beams: int) -> dict:
+def breakdown(translator, sources: list[str], beams: int, batch: int = BATCH) -> dict:
     """Where one translation of `sources` spends its time: each torch operator's own time, in
     the row of the innermost part of the model it ran in (labels put on the model's methods,
     here only, for this profile), or by its name (layer norm, log_softmax, embedding) in the
@@ -141,10 +141,10 @@ def breakdown(translator, sources: list[str], beams: int) -> dict:
         _labelled(tr.KVCache, name, "kv_cache")
     _labelled(tr.TransformerState, "index_select", "reorder")
     _labelled(base.Memory, "index_select", "reorder")
-    translator.translate(sources[:BATCH], num_beams=beams, batch_size=BATCH)
+    translator.translate(sources[:batch], num_beams=beams, batch_size=batch)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
-        translator.translate(sources, num_beams=beams, batch_size=BATCH)
+        translator.translate(sources, num_beams=beams, batch_size=batch)
         wall = time.perf_counter() - start
     rows: dict[str, float] = {}
     syncs = 0
@@ -189,7 +189,8 @@ def _under(event, name: str) -> bool:
 class Worker:
     def __init__(self, way: str, args, env: dict):
         command = [sys.executable, __file__, "--worker", way, "--model", str(args.model),
-                   "--sentences", str(args.sentences), "--threads", str(args.threads)]  # fmt: skip
+                   "--sentences", str(args.sentences), "--threads", str(args.threads),
+                   "--batch-size", str(args.batch_size)]  # fmt: skip
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
@@ -280,6 +281,7 @@ def run(args) -> dict:
         "load": load + [os.getloadavg()[0]],
         "command": " ".join(["python", "benchmarks/decode_speed.py", *sys.argv[1:]]),
         "sentences": args.sentences,
+        "batch_size": args.batch_size,
         "rounds": args.rounds,
         "searches": searches,
         "profiles": {str(b): p for b, p in profiles.items()},
@@ -304,22 +306,32 @@ def main() -> None:
         "(e.g. spin300k=GOMP_SPINCOUNT:300000: OpenMP threads that spin longer)",
     )
     parser.add_argument("--threads", type=int, default=THREADS)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=BATCH,
+        help="sentences a batch (1: one sentence at a time, as a server answers one caller)",
+    )
     parser.add_argument("--cpu", help="name another CPU's run: its own result file")
     parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.model, args.sentences, args.threads)
+        worker(args.worker, args.model, args.sentences, args.threads, args.batch_size)
         return
     if not args.report:
         result = run(args)
-        name = f"decode-speed{'-avx2' if args.avx2 else ''}-{args.threads}t.json"
+        batches = "" if args.batch_size == BATCH else f"-b{args.batch_size}"
+        name = f"decode-speed{'-avx2' if args.avx2 else ''}-{args.threads}t{batches}.json"
         path, _, _ = variant(RESULTS / name, BEGIN, END, args.cpu)
         RESULTS.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=2) + "\n")
     results = [json.loads(p.read_text()) for p in RESULTS.glob("decode-speed*.json")]
-    # this section's CPU first (native, 2 threads first), then each named CPU's runs
-    results.sort(key=lambda r: (r.get("cpu") or "", r["avx2"], -r["threads"]))
+    # this section's CPU first (native, 2 threads first, larger batches first), then each
+    # named CPU's runs
+    results.sort(
+        key=lambda r: (r.get("cpu") or "", r["avx2"], -r["threads"], -r.get("batch_size", BATCH))
+    )
     write_section(REPORT, BEGIN, END, report(results))
     print(f"wrote {REPORT}")
 

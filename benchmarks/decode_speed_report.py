@@ -45,7 +45,8 @@ def report(results: list[dict]) -> str:
             f"**{result['cpu'] + ', ' if result.get('cpu') else ''}"
             f"{isa if result['avx2'] else 'native'}, {result['threads']} thread(s)**: "
             f"{result['date']}, {result['machine']}; "
-            f"{result['sentences']} sentences, {result['rounds']} rounds. {shared(result)}",
+            f"{result['sentences']} sentences, {result['rounds']} rounds{_batches(result)}. "
+            f"{shared(result)}",
             "",
             f"    {result['command']}",
             "",
@@ -73,6 +74,12 @@ def shared(result: dict) -> str:
     start, end = result["load"]
     return (f"Load average {start:.1f} at the start, {end:.1f} at the end: the cores were "
             "shared with other work.")  # fmt: skip
+
+
+def _batches(result: dict) -> str:
+    """The batch size where it is not the section's (runs before --batch-size: BATCH)."""
+    size = result.get("batch_size", BATCH)
+    return "" if size == BATCH else f", batches of {size}"
 
 
 def _ratio(value: float | None) -> str:

@@ -97,3 +97,39 @@ def test_each_cpus_quality_section_reports_its_own_runs_only(tmp_path, monkeypat
     assert "bottleneck.png" in default and "bottleneck.png" not in zen4  # drawn from default
     assert zen4.startswith("<!-- multi30k-quality-zen4:begin -->\n## Multi30k quality")
     assert default.startswith("<!-- multi30k-quality:begin -->\n## Multi30k quality")
+
+
+def decode_result(batch_size: int | None, seconds: float) -> dict:
+    """A decode_speed.py result as it writes one (batch_size: None for runs before the option)."""
+    way = {
+        "sentences_per_s": 500 / seconds,
+        "seconds": [seconds],
+        "vs_heedful": 1.0,
+        "cpu_vs_heedful": 1.0,
+        "same_as_heedful": 1.0,
+    }
+    profile = {"sentences": 256, "rows": {"products": 1.0}, "wall": 2.0, "scalar_reads": 3}
+    result = {
+        "date": "2026-12-07",
+        "machine": "a CPU",
+        "avx2": False,
+        "cpu": "zen3",
+        "threads": 1,
+        "load": [0.1, 0.2],
+        "command": "python benchmarks/decode_speed.py",
+        "sentences": 500,
+        "rounds": 2,
+        "searches": {"1": {"heedful": way}},
+        "profiles": {"1": profile},
+    }
+    return result if batch_size is None else result | {"batch_size": batch_size}
+
+
+def test_a_decoding_run_names_its_batch_size_where_it_is_not_the_sections():
+    from decode_speed_report import BATCH, report
+
+    text = report([decode_result(None, 2.5), decode_result(BATCH, 2.0), decode_result(1, 4.0)])
+    headers = [line for line in text.splitlines() if line.startswith("**zen3, native")]
+    assert len(headers) == 3
+    assert [", batches of 1." in h for h in headers] == [False, False, True]
+    assert f"batch {BATCH}." in text  # the section's own, in its introduction

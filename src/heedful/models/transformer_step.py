@@ -4,9 +4,10 @@ per search (layers/products.py: Product).
 
 Why: a step's arithmetic at one sentence is a few hundred microseconds, and the modules'
 calls around it (nn.Module's __call__, the Residual wrappers and their closures, `apply`'s
-checks and lookups for each of 19 products) cost more than that. Greedy search of 100
-Multi30k sentences one at a time took 5.2 s through the modules and 3.4 s here; 500 in
-batches of 64, 2.81 s and 2.55 s (one thread of an AVX2 EPYC, 2026-12-07), the same outputs.
+checks and lookups for each of 19 products) cost more than that. One sentence at a time,
+greedy search ran 1.31x as fast as through the modules and beam 5 1.19x; in batches of 64,
+greedy 1.04-1.08x on one thread and 1.10x on two, beam 5 level to 1.04x, the same outputs
+(benchmarks/decode_speed.py on an AVX2 EPYC, 2026-12-07; docs/benchmarks.md, "Session 33").
 
 A search gets a StepPlan where nothing would make the modules compute something else or
 record something: no autograd, evaluation mode, no autocast, no hooks, plain nn.Linear
