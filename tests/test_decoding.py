@@ -202,7 +202,8 @@ def test_beam_search_matches_a_textbook_reference(name, alpha):
     model, src = RowCounter(beam_model(name)), short_sources()
     beams = beam_search(model, src, BOS, EOS, beam_size=4, n_best=4, length_penalty=alpha,
                         max_len_ratio=0.0, max_len_offset=8)  # fmt: skip
-    assert len(model.rows) <= 8 and model.rows == sorted(model.rows, reverse=True)
+    first, *rows = model.rows  # step 0 decodes one row a sentence, then each has its K beams
+    assert first == len(src) and len(rows) <= 7 and rows == sorted(rows, reverse=True)
     for i, hyps in enumerate(beams):
         src_row = src[i : i + 1, : int((src[i] != 0).sum())]
         expected, _ = reference_beam_search(model.model, src_row, 4, 8, alpha)
@@ -216,8 +217,9 @@ def test_finished_sentences_leave_the_batch(name):
     model, src = RowCounter(beam_model(name)), short_sources()
     # n_best=4: each sentence waits for 4 finished hypotheses, so they stop at different steps
     beam_search(model, src, BOS, EOS, beam_size=4, n_best=4, max_len_ratio=0.0, max_len_offset=8)
-    assert model.rows[0] == 6 * 4 and all(r % 4 == 0 for r in model.rows)
-    assert model.rows == sorted(model.rows, reverse=True) and model.rows[-1] < model.rows[0]
+    first, *rows = model.rows  # step 0: one row a sentence, since all K beams read <s>
+    assert first == 6 and rows[0] == 6 * 4 and all(r % 4 == 0 for r in rows)
+    assert rows == sorted(rows, reverse=True) and rows[-1] < rows[0]
 
 
 @pytest.mark.parametrize("name", BEAM_MODELS)

@@ -346,14 +346,19 @@ def search_beams(
     limits = max_output_lengths(model.source_lengths(src), *ratio_offset)  # (B,)
     forced = prefix_tensor(prefix, device, limits)  # (B, P) or None, within the limits
     memory = model.encode(src)
+    state = model.init_state(memory)
     tile = torch.arange(batch, device=device).repeat_interleave(k)  # (B·K,) each sentence K times
-    memory, state = memory.index_select(tile), model.init_state(memory).index_select(tile)
     sentences = torch.arange(batch, device=device)  # (B,) which input sentence each row block is
     pool, scores = _start(batch, k, choice.groups, device)  # (B, K) each
     last = torch.full((batch * k,), bos_id, dtype=torch.long, device=device)  # (B·K,)
     history, parents, results = _History([], []), tile, []  # step 0's parents are not followed
     for step in range(int(limits.max())):
-        log_probs, state, _ = model.decode_step(memory, state, last, need_weights=False)
+        if step == 0:  # a sentence's K beams all read <s>: one row each, then K copies
+            log_probs, state, _ = model.decode_step(memory, state, last[::k], need_weights=False)
+            log_probs, state = log_probs.index_select(0, tile), state.index_select(tile)
+            memory = memory.index_select(tile)
+        else:
+            log_probs, state, _ = model.decode_step(memory, state, last, need_weights=False)
         log_probs = force(log_probs, forced, step, sentences, k)
         history.record(last, parents)
         finished, alive = choice.choose(scores, log_probs, step)
