@@ -116,7 +116,7 @@ CATEGORIES = {  # profiler label -> the row it is counted in
 }
 
 
-def breakdown(translator, sources: list[str], beams: int, batch: int = BATCH) -> dict:
+def breakdown(translator, sources: list[str], beams: int, batch: int) -> dict:
     """Where one translation of `sources` spends its time: each torch operator's own time, in
     the row of the innermost part of the model it ran in (labels put on the model's methods,
     here only, for this profile), or by its name (layer norm, log_softmax, embedding) in the

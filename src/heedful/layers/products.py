@@ -62,9 +62,15 @@ def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu
     if (stacked := stacked_weights(owner, parts)) is None:
         return None
     if torch.is_grad_enabled() or not _may_pack(x, stacked[0]):
-        y = F.linear(x, *stacked)
-        return F.relu(y) if relu else y
+        return _blas_product(x, *stacked, relu)
     return _packed_product(_copies[owner][tuple(parts)], x, relu)
+
+
+def _blas_product(x: torch.Tensor, weight, bias, relu: bool) -> torch.Tensor:
+    """x Wᵀ + b through torch's own F.linear (autograd, autocast, other devices), then
+    max(0, ·) with relu."""
+    y = F.linear(x, weight, bias)
+    return F.relu(y) if relu else y
 
 
 class Product:
@@ -84,8 +90,7 @@ class Product:
         """x [W_1; ..]ᵀ + b, then max(0, ·) with relu, as `product` computes it."""
         if self.packable and _input_fits(x):
             return _packed_product(self.entry, x, relu)
-        y = F.linear(x, self.weight, self.bias)
-        return F.relu(y) if relu else y
+        return _blas_product(x, self.weight, self.bias, relu)
 
 
 def planned(owner: nn.Module, parts: dict[str, nn.Module]) -> Product | None:
