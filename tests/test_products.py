@@ -2,6 +2,7 @@
 layers/openblas.py) compute what the layers compute, follow the weights when they change, stay
 out of autograd, autocast, hooks and float64, and are chosen per CPU as product_way says."""
 
+import contextlib
 import copy
 import io
 import threading
@@ -48,7 +49,9 @@ def packing(monkeypatch, request):
 
 
 def packed_entry(owner: nn.Module, *names: str):
-    return products._copies.get(owner, {}).get(names, {}).get("packed")
+    """The packed copy a product of owner's layers `names` made (oneDNN's or OpenBLAS's)."""
+    entry = products._copies.get(owner, {}).get(names, {})
+    return entry.get("packed") if entry.get("packed") is not None else entry.get("transposed")
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -73,10 +76,13 @@ def test_a_packed_product_equals_the_float64_product(packing, shape, bias):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 5, 12])  # OpenBLAS's way: 5 rows go to oneDNN
 @pytest.mark.parametrize("way", ["onednn", "openblas", "blas", "hooked"])
-def test_relu_follows_the_product_on_every_path(monkeypatch, way):
+def test_relu_follows_the_product_on_every_path(monkeypatch, way, rows):
     """The feed-forward's max(0, x W1 + b1): oneDNN's post-op where packed, OpenBLAS's product
     then one pass adding the bias and cutting at 0, else after the layer."""
+    if way == "openblas" and not openblas.available():
+        pytest.skip("numpy's BLAS is not OpenBLAS 0.3.27 or later (test_numpys_openblas_is_found)")
     monkeypatch.setattr(products, "_way_here", lambda: "blas" if way == "hooked" else way)
     monkeypatch.setattr(products, "PACKED_MIN_WEIGHTS", 0)
     torch.manual_seed(4)
@@ -84,8 +90,8 @@ def test_relu_follows_the_product_on_every_path(monkeypatch, way):
     owner.layer = nn.Linear(16, 24)
     if way == "hooked":
         owner.layer.register_forward_hook(lambda m, i, o: None)
-    x = torch.randn(5, 16)
-    with torch.no_grad():
+    x = torch.randn(rows, 16)
+    with torch.no_grad(), one_thread():  # OpenBLAS takes one-thread work only
         got = apply(owner, "layer", x, relu=True)
     want = reference(x, owner.layer.weight, owner.layer.bias).clamp(min=0)
     assert (want == 0).any() and (want > 0).any()
@@ -101,6 +107,51 @@ def test_row_counts_fall_in_few_buckets():
     buckets = {rows_bucket(rows) for rows in range(1, products.MOST_ROWS + 1)}
     assert len(buckets) == 18
     assert all(rows <= rows_bucket(rows) < 2 * rows for rows in range(2, products.MOST_ROWS + 1))
+
+
+@pytest.mark.parametrize("way", ["onednn", "openblas"])
+def test_where_each_row_count_goes(monkeypatch, way):
+    """OpenBLAS's way multiplies 2 to FEW_ROWS rows by oneDNN's copy at their own count (where
+    OpenBLAS was 2-4x slower), the rest by OpenBLAS's; oneDNN's way pads every count to
+    rows_bucket's."""
+    if way == "openblas" and not openblas.available():
+        pytest.skip("numpy's BLAS is not OpenBLAS 0.3.27 or later (test_numpys_openblas_is_found)")
+    monkeypatch.setattr(products, "_way_here", lambda: way)
+    monkeypatch.setattr(products, "PACKED_MIN_WEIGHTS", 0)
+    multiply, padded = products._onednn_product, {}
+
+    def spy(entry, x, relu, padded_rows):
+        padded[x.numel() // x.size(-1)] = padded_rows
+        return multiply(entry, x, relu, padded_rows)
+
+    monkeypatch.setattr(products, "_onednn_product", spy)
+    torch.manual_seed(2)
+    layer, counts, by_openblas = nn.Linear(16, 24), range(1, products.FEW_ROWS + 3), set()
+    for rows in counts:
+        owner = nn.Module()  # copies of its own: which library made one
+        owner.layer = layer
+        x = torch.randn(rows, 16)
+        with torch.no_grad(), one_thread():
+            got = apply(owner, "layer", x)
+        want = reference(x, layer.weight, layer.bias)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+        if products._copies[owner][("layer",)]["transposed"] is not None:
+            by_openblas.add(rows)
+    if way == "onednn":
+        assert padded == {rows: rows_bucket(rows) for rows in counts} and not by_openblas
+    else:
+        assert padded == {rows: rows for rows in range(2, products.FEW_ROWS + 1)}
+        assert by_openblas == {1, products.FEW_ROWS + 1, products.FEW_ROWS + 2}
+
+
+@contextlib.contextmanager
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_openblas_takes_only_work_that_torch_runs_on_one_thread(monkeypatch):

@@ -52,6 +52,13 @@ MOST_ROWS = 512  # packed products up to this many rows (beam 5 of 64 sentences:
 # 93 GFLOP/s at 64 rows, decode_gemm.py) and at 1 row took twice as long (24 against 11 µs),
 # where 256 x 768 gained 1.19x and 256 x 8,000 1.34x in decoding's profile.
 PACKED_MIN_WEIGHTS = 1 << 17
+# OpenBLAS multiplies 2 to 8 rows slowly: the 256 x 8,000 output layer at 2-8 rows took 0.8-1.4
+# ms on one thread of the Zen 3 EPYC, where oneDNN's packed copy took 0.29-0.61 (1 row: 0.19
+# against 0.29). OpenBLAS's way sends such rows to oneDNN, unpadded (5 rows padded to 8: 0.78),
+# at the cost of a second copy of the weights and a kernel per row count (decoding's peak memory
+# +15-23 MiB for the recipe's Transformer). Beam 5 of one sentence at a time, 5 rows a step,
+# ran 1.13x as fast (docs/benchmarks.md, "Session 34").
+FEW_ROWS = 8
 
 
 def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu=False):
@@ -103,22 +110,33 @@ def planned(owner: nn.Module, parts: dict[str, nn.Module]) -> Product | None:
 
 
 def _packed_product(entry: dict, x: torch.Tensor, relu: bool):
-    """`product` through the packed copy of entry's stacked weight (made on first use), once
-    _may_pack has said yes: oneDNN's, rows padded to rows_bucket's count, or Wᵀ for OpenBLAS."""
-    stacked = entry["stacked"]
-    if _way_here() == "openblas":  # no kernel per row count there: no padding
-        if entry["packed"] is None:
-            entry["packed"] = stacked[0].t().contiguous()  # (D_in, D_out), as OpenBLAS reads it
-        return openblas.linear(x, entry["packed"], stacked[1], relu)
+    """`product` through a packed copy of entry's stacked weight (made on first use), once
+    _may_pack has said yes: oneDNN's, rows padded to rows_bucket's count, or Wᵀ for OpenBLAS,
+    whose way sends 2 to FEW_ROWS rows to oneDNN's copy unpadded."""
+    rows = x.numel() // x.size(-1)
+    if _way_here() != "openblas":
+        return _onednn_product(entry, x, relu, rows_bucket(rows))
+    weight, bias = entry["stacked"]
+    if 1 < rows <= FEW_ROWS and _packing_ops():
+        return _onednn_product(entry, x, relu, rows)
+    if entry["transposed"] is None:  # (D_in, D_out), as OpenBLAS reads it
+        entry["transposed"] = weight.t().contiguous()
+    return openblas.linear(x, entry["transposed"], bias, relu)
+
+
+def _onednn_product(entry: dict, x: torch.Tensor, relu: bool, padded_rows: int):
+    """x Wᵀ + b by oneDNN's packed copy of entry's weight, x's rows padded with zeros to
+    `padded_rows` (whose products are dropped): oneDNN keeps a kernel for every row count."""
+    weight, bias = entry["stacked"]
     if entry["packed"] is None:
-        entry["packed"] = torch.ops.mkldnn._reorder_linear_weight(stacked[0], PACKED_ROWS)
+        entry["packed"] = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_ROWS)
     post = "relu" if relu else "none"  # oneDNN's post-op, applied as each block is written
     rows, width = x.numel() // x.size(-1), x.size(-1)
-    if (padded_rows := rows_bucket(rows)) == rows:
-        return torch.ops.mkldnn._linear_pointwise(x, entry["packed"], stacked[1], post, [], "")
-    padded = x.new_zeros(padded_rows, width)  # rows of zeros, whose products are dropped
+    if padded_rows == rows:
+        return torch.ops.mkldnn._linear_pointwise(x, entry["packed"], bias, post, [], "")
+    padded = x.new_zeros(padded_rows, width)
     padded[:rows] = x.reshape(rows, width)
-    y = torch.ops.mkldnn._linear_pointwise(padded, entry["packed"], stacked[1], post, [], "")
+    y = torch.ops.mkldnn._linear_pointwise(padded, entry["packed"], bias, post, [], "")
     return y[:rows].view(*x.shape[:-1], y.size(-1))
 
 
@@ -171,7 +189,14 @@ def stacked_weights(owner: nn.Module, parts: dict[str, nn.Module]):
     kept = _copies.setdefault(owner, {})
     if names not in kept or kept[names]["key"] != key:
         held = [t.detach() for t in tensors]  # keeps the storages, hence the addresses
-        kept[names] = {"key": key, "stacked": _stack(layers), "held": held, "packed": None}
+        stacked = _stack(layers)  # and the packed copies, made on first use: oneDNN's, OpenBLAS's
+        kept[names] = {
+            "key": key,
+            "stacked": stacked,
+            "held": held,
+            "packed": None,
+            "transposed": None,
+        }
     return kept[names]["stacked"]
 
 
@@ -259,6 +284,7 @@ def product_way(environ=None, vendor=None, machine=None, flags=None, openblas_ok
     return "onednn" if choice != "blas" and _packing_ops() else "blas"
 
 
+@functools.cache
 def _packing_ops() -> bool:
     """Whether this torch has oneDNN and the operators that pack a weight and multiply by it."""
     ops = torch.ops.mkldnn
