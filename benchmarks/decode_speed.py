@@ -10,8 +10,11 @@ greedy and beam 5, 2 threads), each way in a long-lived worker process of its ow
 loads once; the libraries read their instruction-set caps when they load), in rounds: every
 round times every way once, in a rotated order, so that what else runs on the machine falls on
 all of them alike. Speed is the median over rounds; the ratio to CTranslate2 is the median of
-the per-round ratios. --baseline names another heedful source tree (e.g. `git archive HEAD src`
-unpacked) run as a third way: a change's effect, measured beside it.
+the per-round ratios. On a machine whose speed drifts within a round (a busy host: one round's
+CTranslate2 took 1.7 s and another's 3.1 on 2026-12-07), --pieces N has the ways take turns
+on N pieces of each round's sentences, so the drift falls on every way within seconds.
+--baseline names another heedful source tree (e.g. `git archive HEAD src` unpacked) run as a
+third way: a change's effect, measured beside it.
 
 Then one worker translates the first 256 sentences under torch.profiler, and the search's time
 is split by what it is spent on (see `breakdown`).
@@ -45,8 +48,8 @@ PROFILED = 256  # sentences translated under the profiler
 
 
 def worker(way: str, model: Path, sentences: int, threads: int, batch: int) -> None:
-    """Read commands from stdin ('1', '5': translate with that many beams; 'profile N'), answer
-    one JSON line each on stdout."""
+    """Read commands from stdin ('5 0 64': translate sentences 0 to 63 with that many beams;
+    'profile N'), answer one JSON line each on stdout."""
     import torch
 
     from heedful.inference.runtime import load_translator
@@ -67,9 +70,10 @@ def worker(way: str, model: Path, sentences: int, threads: int, batch: int) -> N
         command = line.split()
         if command[0] == "profile":
             answer = breakdown(translator, sources[:PROFILED], int(command[1]), batch)
-        else:
+        else:  # "beams first end": sources[first:end]
+            piece = sources[int(command[1]) : int(command[2])]
             start, cpu = time.perf_counter(), time.process_time()
-            found = translator.translate(sources, num_beams=int(command[0]), batch_size=batch)
+            found = translator.translate(piece, num_beams=int(command[0]), batch_size=batch)
             answer = {"seconds": time.perf_counter() - start, "texts": [t.text for t in found],
                       "cpu_seconds": time.process_time() - cpu}  # fmt: skip
         print(json.dumps(answer), flush=True)
@@ -214,6 +218,32 @@ class Worker:
         self.process.wait(timeout=60)
 
 
+def pieces(args) -> list[tuple[int, int]]:
+    """The (first, end) sentences of a round's --pieces pieces, whole batches each."""
+    batches = -(-args.sentences // args.batch_size)
+    size = -(-batches // max(1, args.pieces)) * args.batch_size
+    return [(i, min(i + size, args.sentences)) for i in range(0, args.sentences, size)]
+
+
+def one_round(workers: dict, r: int, beams: int, spans: list, times: dict, cpu: dict) -> dict:
+    """Round r: every way translates each piece in turn, the order rotated from piece to
+    piece; a way's time is the sum over the pieces. Returns each way's texts."""
+    names, texts = list(workers), {way: [] for way in workers}
+    seconds = {way: [0.0, 0.0] for way in workers}  # wall, CPU
+    for i, (first, end) in enumerate(spans):
+        turn = (r + i) % len(names)
+        for way in names[turn:] + names[:turn]:
+            answer = workers[way].ask(f"{beams} {first} {end}")
+            seconds[way][0] += answer["seconds"]
+            seconds[way][1] += answer["cpu_seconds"]
+            texts[way] += answer["texts"]
+    for way in names:
+        times[beams][way].append(seconds[way][0])
+        cpu[beams][way].append(seconds[way][1])
+        print(f"round {r + 1} beam {beams} {way}: {seconds[way][0]:.2f} s", flush=True)
+    return texts
+
+
 def run(args) -> dict:
     import torch
 
@@ -242,16 +272,7 @@ def run(args) -> dict:
     try:
         for r in range(args.rounds):
             for beams in BEAMS:
-                order = names[r % len(names) :] + names[: r % len(names)]
-                texts = {}
-                for way in order:
-                    answer = workers[way].ask(str(beams))
-                    times[beams][way].append(answer["seconds"])
-                    cpu[beams][way].append(answer["cpu_seconds"])
-                    texts[way] = answer["texts"]
-                    print(
-                        f"round {r + 1} beam {beams} {way}: {answer['seconds']:.2f} s", flush=True
-                    )
+                texts = one_round(workers, r, beams, pieces(args), times, cpu)
                 for way in names:
                     agree = sum(a == b for a, b in zip(texts[way], texts["heedful"]))
                     same[beams][way] = agree / len(texts["heedful"])
@@ -283,6 +304,7 @@ def run(args) -> dict:
         "sentences": args.sentences,
         "batch_size": args.batch_size,
         "rounds": args.rounds,
+        "pieces": len(pieces(args)),
         "searches": searches,
         "profiles": {str(b): p for b, p in profiles.items()},
     }
@@ -311,6 +333,13 @@ def main() -> None:
         type=int,
         default=BATCH,
         help="sentences a batch (1: one sentence at a time, as a server answers one caller)",
+    )
+    parser.add_argument(
+        "--pieces",
+        type=int,
+        default=1,
+        help="a round's sentences in this many pieces (whole batches), the ways taking turns "
+        "on each: what else runs on the machine falls on all alike, over a shorter time",
     )
     parser.add_argument("--cpu", help="name another CPU's run: its own result file")
     parser.add_argument("--report", action="store_true", help="only rewrite docs/benchmarks.md")

@@ -77,9 +77,11 @@ def shared(result: dict) -> str:
 
 
 def _batches(result: dict) -> str:
-    """The batch size where it is not the section's (runs before --batch-size: BATCH)."""
-    size = result.get("batch_size", BATCH)
-    return "" if size == BATCH else f", batches of {size}"
+    """The batch size where it is not the section's (runs before --batch-size: BATCH), and the
+    pieces a round was taken in turns where there were several (runs before --pieces: one)."""
+    size, pieces = result.get("batch_size", BATCH), result.get("pieces", 1)
+    batches = "" if size == BATCH else f", batches of {size}"
+    return batches if pieces == 1 else f"{batches}, the ways taking turns in {pieces} pieces"
 
 
 def _ratio(value: float | None) -> str:

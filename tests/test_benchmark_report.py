@@ -3,6 +3,7 @@ CPU's figures never overwrite another's in docs/benchmarks.md."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -128,8 +129,28 @@ def decode_result(batch_size: int | None, seconds: float) -> dict:
 def test_a_decoding_run_names_its_batch_size_where_it_is_not_the_sections():
     from decode_speed_report import BATCH, report
 
-    text = report([decode_result(None, 2.5), decode_result(BATCH, 2.0), decode_result(1, 4.0)])
+    pieced = decode_result(1, 3.0) | {"pieces": 20}
+    runs = [decode_result(None, 2.5), decode_result(BATCH, 2.0), decode_result(1, 4.0), pieced]
+    text = report(runs + [decode_result(BATCH, 1.0) | {"pieces": 1}])
     headers = [line for line in text.splitlines() if line.startswith("**zen3, native")]
-    assert len(headers) == 3
-    assert [", batches of 1." in h for h in headers] == [False, False, True]
+    assert len(headers) == 5
+    assert [", batches of 1" in h for h in headers] == [False, False, True, True, False]
+    assert [" in 20 pieces." in h for h in headers] == [False, False, False, True, False]
+    assert sum("pieces" in h for h in headers) == 1  # one piece: as runs before the option
     assert f"batch {BATCH}." in text  # the section's own, in its introduction
+
+
+def test_a_rounds_pieces_are_whole_batches_covering_every_sentence():
+    from decode_speed import pieces
+
+    def spans(sentences, batch, count):
+        return pieces(argparse.Namespace(sentences=sentences, batch_size=batch, pieces=count))
+
+    assert spans(500, 64, 1) == [(0, 500)]
+    assert spans(500, 64, 4) == [(0, 128), (128, 256), (256, 384), (384, 500)]
+    assert spans(100, 1, 20) == [(i, i + 5) for i in range(0, 100, 5)]
+    assert spans(10, 1, 30) == [(i, i + 1) for i in range(10)]  # no more pieces than batches
+    for sentences, batch, count in [(500, 64, 3), (97, 8, 5), (1, 64, 4)]:
+        got = spans(sentences, batch, count)
+        assert got[0][0] == 0 and got[-1][1] == sentences and len(got) <= count
+        assert all(a[1] == b[0] and (a[1] - a[0]) % batch == 0 for a, b in zip(got, got[1:]))
