@@ -57,7 +57,7 @@ PACKED_MIN_WEIGHTS = 1 << 17
 # against 0.29). OpenBLAS's way sends such rows to oneDNN, unpadded (5 rows padded to 8: 0.78),
 # at the cost of a second copy of the weights and a kernel per row count (decoding's peak memory
 # +15-23 MiB for the recipe's Transformer). Beam 5 of one sentence at a time, 5 rows a step,
-# ran 1.13x as fast (docs/benchmarks.md, "Session 34").
+# ran 1.11-1.13x as fast, batches of 64 level (docs/benchmarks.md, "Session 34").
 FEW_ROWS = 8
 
 
