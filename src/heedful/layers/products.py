@@ -189,13 +189,12 @@ def stacked_weights(owner: nn.Module, parts: dict[str, nn.Module]):
     kept = _copies.setdefault(owner, {})
     if names not in kept or kept[names]["key"] != key:
         held = [t.detach() for t in tensors]  # keeps the storages, hence the addresses
-        stacked = _stack(layers)  # and the packed copies, made on first use: oneDNN's, OpenBLAS's
         kept[names] = {
             "key": key,
-            "stacked": stacked,
+            "stacked": _stack(layers),
             "held": held,
-            "packed": None,
-            "transposed": None,
+            "packed": None,  # oneDNN's packed copy, made on first use
+            "transposed": None,  # OpenBLAS's Wᵀ, made on first use
         }
     return kept[names]["stacked"]
 
