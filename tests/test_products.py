@@ -392,7 +392,7 @@ def test_openblas_runs_on_one_thread_and_puts_the_count_back(monkeypatch):
     x, weight = torch.randn(9, 16), torch.randn(16, 4)
     before = setter(3)
     try:
-        got = openblas.linear(x, weight, None, relu=False)
+        got = openblas.linear(x, weight.numpy(), None, relu=False)
     finally:
         assert setter(before) == 3  # put back
     assert seen == [1, 3]

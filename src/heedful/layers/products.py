@@ -116,12 +116,11 @@ def _packed_product(entry: dict, x: torch.Tensor, relu: bool):
     rows = x.numel() // x.size(-1)
     if _way_here() != "openblas":
         return _onednn_product(entry, x, relu, rows_bucket(rows))
-    weight, bias = entry["stacked"]
     if 1 < rows <= FEW_ROWS and _packing_ops():
         return _onednn_product(entry, x, relu, rows)
-    if entry["transposed"] is None:  # (D_in, D_out), as OpenBLAS reads it
-        entry["transposed"] = weight.t().contiguous()
-    return openblas.linear(x, entry["transposed"], bias, relu)
+    if entry["transposed"] is None:  # Wᵀ (D_in, D_out), as OpenBLAS reads it, and b
+        entry["transposed"] = openblas.operands(*entry["stacked"])
+    return openblas.linear(x, *entry["transposed"], relu)
 
 
 def _onednn_product(entry: dict, x: torch.Tensor, relu: bool, padded_rows: int):
@@ -194,7 +193,7 @@ def stacked_weights(owner: nn.Module, parts: dict[str, nn.Module]):
             "stacked": _stack(layers),
             "held": held,
             "packed": None,  # oneDNN's packed copy, made on first use
-            "transposed": None,  # OpenBLAS's Wᵀ, made on first use
+            "transposed": None,  # OpenBLAS's Wᵀ and b (numpy arrays), made on first use
         }
     return kept[names]["stacked"]
 
