@@ -27,7 +27,7 @@ class KVCache(tuple):
     """
 
     def __new__(cls, k_buf: torch.Tensor, v_buf: torch.Tensor, length: int, filled: list[int]):
-        cache = super().__new__(cls, (k_buf[:, :, :length], v_buf[:, :, :length]))
+        cache = super().__new__(cls, (k_buf.narrow(2, 0, length), v_buf.narrow(2, 0, length)))
         cache.buffers, cache.length, cache.filled = (k_buf, v_buf), length, filled
         return cache
 
@@ -58,7 +58,7 @@ class KVCache(tuple):
         if self.filled[0] != t or t + n > self.buffers[0].size(2):
             cache = KVCache._grown(self.buffers, t, t + n)
         for buf, x in zip(cache.buffers, (k, v)):
-            buf[:, :, t : t + n] = x
+            buf.narrow(2, t, n).copy_(x)  # narrow, not buf[:, :, t : t + n]: one call
         cache.filled[0] = t + n
         return KVCache(*cache.buffers, t + n, cache.filled)
 

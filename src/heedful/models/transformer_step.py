@@ -47,8 +47,9 @@ class LayerPlan:
         self.products = products
         self.norms = [_norm(b.norm) for b in (layer.self_block, layer.cross_block, layer.ff_block)]
         self.norm_first = layer.self_block.norm_first
-        d_kv = layer.self_attn.num_kv_heads * layer.self_attn.d_head
-        self.qkv_widths = [layer.self_attn.d_model, d_kv, d_kv]
+        heads, kv_heads = layer.self_attn.num_heads, layer.self_attn.num_kv_heads
+        self.qkv_heads = [heads, kv_heads, kv_heads]  # Q, K and V's heads side by side
+        self.d_head = layer.self_attn.d_head
 
     def sublayer_input(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """What sublayer i reads: LayerNorm(x) pre-norm, x post-norm (Residual's convention)."""
@@ -56,24 +57,26 @@ class LayerPlan:
 
     def residual(self, i: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """x + y pre-norm, LayerNorm(x + y) post-norm (dropout is the identity in search)."""
-        return x + y if self.norm_first else F.layer_norm(x + y, *self.norms[i])
+        x = x.add_(y)  # x is this step's own (the embedding or a sum before): no copy
+        return x if self.norm_first else F.layer_norm(x, *self.norms[i])
 
     def run(self, x: torch.Tensor, cross_kv, past, src_mask, beams: int):
         """x (R, 1, D) -> x, and this layer's self-attention keys and values so far."""
         p, sa, ca = self.products, self.self_attn, self.cross_attn
-        # self-attention over the positions so far: the new one's K, V join the cache
-        q, k, v = p["qkv"](self.sublayer_input(0, x)).split(self.qkv_widths, dim=-1)
+        rows = x.size(0)
+        # self-attention over the positions so far: the new one's K, V join the cache. One
+        # position: the product's (R, 1, D + 2 H_kv D/H) is the heads (R, H + 2 H_kv, 1, D/H)
+        # as a view, where split_heads would take a view and a transpose for each of Q, K, V
+        qkv = p["qkv"](self.sublayer_input(0, x)).view(rows, -1, 1, self.d_head)
+        q, k, v = qkv.split(self.qkv_heads, dim=1)
         cache = KVCache.of(past)
-        kv = (sa.split_heads(k), sa.split_heads(v))
-        kv = kv if cache is None else cache.append(*kv)
-        z, _ = sa.heads_context(sa.split_heads(q), *kv)  # (R, 1, D)
+        kv = (k, v) if cache is None else cache.append(k, v)
+        z, _ = sa.heads_context(q, *kv)  # (R, 1, D)
         x = self.residual(0, x, p["self_out"](z))
         # cross-attention: the `beams` rows of a source are one row of queries over its K, V
         q = p["cross_q"](self.sublayer_input(1, x))  # (R, 1, D)
-        rows = x.size(0)
-        z, _ = ca.heads_context(
-            ca.split_heads(q.view(rows // beams, beams, -1)), *cross_kv, src_mask
-        )
+        q = q.view(rows // beams, beams, -1, self.d_head).transpose(1, 2)  # (B_src, H, beams, D/H)
+        z, _ = ca.heads_context(q, *cross_kv, src_mask)
         x = self.residual(1, x, p["cross_out"](z.view(rows, 1, -1)))
         # FFN(x) = max(0, x W1 + b1) W2 + b2
         hidden = p["ff_in"](self.sublayer_input(2, x), relu=True)
@@ -118,7 +121,7 @@ class StepPlan:
 
     def step(self, decoder: nn.Module, state: TransformerState, last_tokens: torch.Tensor):
         """last_tokens (R,) -> log-probabilities (R, V) of the next token, and the new state."""
-        x = decoder.embed(last_tokens.unsqueeze(1), offset=state.position)  # (R, 1, D)
+        x = self.embed(decoder.embed, last_tokens, state.position)  # (R, 1, D)
         past = []
         for layer, cross_kv, kv in zip(self.layers, state.cross_kv, state.self_kv):
             x, kv = layer.run(x, cross_kv, kv, state.src_mask, state.beams)
@@ -127,3 +130,10 @@ class StepPlan:
             x = F.layer_norm(x, *self.final_norm)
         state = replace(state, self_kv=past, position=state.position + 1)
         return step_log_probs(self.generator(x)), state
+
+    @staticmethod
+    def embed(embed: nn.Module, tokens: torch.Tensor, position: int) -> torch.Tensor:
+        """Embedding's forward at one position without its three modules' calls (its dropout
+        is the identity in search): tokens (R,) -> (R, 1, D)."""
+        x = F.embedding(tokens.view(-1, 1), embed.tokens.weight).mul_(embed.scale)
+        return embed.positions.forward(x, position)  # + PE (a plan's modules have no hooks)
