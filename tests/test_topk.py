@@ -5,7 +5,7 @@ numpy's argmax what torch's max finds, index for index."""
 import pytest
 import torch
 
-from heedful.search.topk import BLOCK, row_max, row_topk
+from heedful.search.topk import BLOCK, FEW_ROWS, row_max, row_topk
 
 
 def assert_same_as_topk(x: torch.Tensor, k: int) -> None:
@@ -31,7 +31,7 @@ def test_the_best_entries_in_one_block_or_in_the_tail_are_found():
     x[1, -5:] = 100.0  # the tail that fills no block
     x[2, ::BLOCK] = 10.0  # one each in ten blocks' first places
     x[3, BLOCK - 1 :: BLOCK] = 10.0  # and last places
-    assert_same_as_topk(x, 10)
+    assert_same_as_topk(x.repeat(FEW_ROWS // 4, 1), 10)  # enough rows for the blocks
 
 
 def test_ties_masks_and_nan_give_the_same_values():
@@ -45,6 +45,16 @@ def test_ties_masks_and_nan_give_the_same_values():
     with_nan[5, 300] = float("nan")
     for x in (ties, masked, with_nan, -torch.ones(16, 50 * BLOCK)):
         assert_same_as_topk(x, 10)
+
+
+@pytest.mark.parametrize("rows", [1, FEW_ROWS - 1, FEW_ROWS, 40])
+def test_only_enough_rows_go_through_the_blocks(rows, monkeypatch):
+    """Fewer than FEW_ROWS rows take torch's topk alone (the blocks' own operators would cost
+    more than they save); either way the same values."""
+    amax, blocked = torch.Tensor.amax, []
+    monkeypatch.setattr(torch.Tensor, "amax", lambda *a, **k: blocked.append(1) or amax(*a, **k))
+    assert_same_as_topk(torch.randn(rows, 8000).log_softmax(-1), 10)
+    assert bool(blocked) == (rows >= FEW_ROWS)
 
 
 def test_narrow_rows_and_integers_take_torchs_own_topk():

@@ -52,11 +52,16 @@ class Ends:
         return Ends(*(f[sentences] for f in self.fields()))
 
     def part(self, start: int, count: int) -> Ends:
-        """The hypotheses start .. start + count - 1 of every sentence (B, count)."""
+        """The hypotheses start .. start + count - 1 of every sentence (B, count); all of them
+        are these Ends themselves (one group: no slices made at every step)."""
+        if start == 0 and count == self.score.size(1):
+            return self
         return Ends(*(f[:, start : start + count] for f in self.fields()))
 
     def cat(self, *others: Ends) -> Ends:
-        """These hypotheses, then the others', along the hypothesis axis."""
+        """These hypotheses, then the others', along the hypothesis axis (no others: these)."""
+        if not others:
+            return self
         return Ends(*(torch.cat(group, 1) for group in zip(*(e.fields() for e in (self, *others)))))
 
     def normalized(self, alpha: float) -> torch.Tensor:
