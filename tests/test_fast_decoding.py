@@ -181,7 +181,7 @@ def test_a_reordered_cache_keeps_room_for_one_more_position_only():
                 state, memory = state.index_select(swap), memory.index_select(swap)
                 sources = sources[swap]
                 for cache in state.self_kv if t > 1 else ():  # a cache from step 2 on
-                    assert cache.length == t and cache.buffers[0].size(2) == t + 1
+                    assert cache.length == t and cache.buffer.size(2) == t + 1
             log_probs, state, _ = model.decode_step(memory, state, torch.full((2,), token))
     for row, source in enumerate(sources.tolist()):
         want = teacher_forced(model, src[source : source + 1], tokens)

@@ -263,6 +263,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = _one_query_attention(q, k, v, mask), None
         else:
             out, weights = _fused_attention(q, k, v, mask, p), None
+        if lq == 1:  # one query a head: (B, H, 1, D/H) is already in Concat's order
+            return out.reshape(b, 1, self.d_model), weights
         return out.transpose(1, 2).reshape(b, lq, self.d_model), weights  # merge heads
 
 

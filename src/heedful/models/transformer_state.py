@@ -14,25 +14,28 @@ KV = tuple[torch.Tensor, torch.Tensor]  # projected keys and values, (B, H_kv, l
 
 class KVCache(tuple):
     """A decoder layer's self-attention keys and values of the positions so far: the pair
-    (k, v), (B, H_kv, t, D/H) each, as views into buffers (B, H_kv, capacity, D/H) with room
-    for more (H_kv = H unless grouped-query: the cache is what GQA makes smaller).
+    (k, v), (B, H_kv, t, D/H) each, as views into one buffer (B, 2 H_kv, capacity, D/H), K's
+    heads then V's, with room for more positions (H_kv = H unless grouped-query: the cache is
+    what GQA makes smaller).
 
     A decoding step writes its one new position in place, where torch.cat would copy the whole
     past every step, and beam search's reordering gathers only the filled positions, with
     index_select (in beam 5 on Multi30k, cat and the gathers by advanced indexing were
-    17% of the search's time under torch.profiler).
-    Caches made one from another share buffers; `filled` (shared) says how many positions
+    17% of the search's time under torch.profiler). One buffer for both: a search's step gets
+    the new K and V side by side from one product (transformer_step.py), so it writes them
+    with one copy, and a reordering gathers them with one index_select.
+    Caches made one from another share the buffer; `filled` (shared) says how many positions
     hold values, so appending to a cache that is not the newest (two steps from one state)
     copies first, and every cache keeps the values it was made with.
     """
 
-    def __new__(cls, k_buf: torch.Tensor, v_buf: torch.Tensor, length: int, filled: list[int]):
-        cache = super().__new__(cls, (k_buf.narrow(2, 0, length), v_buf.narrow(2, 0, length)))
-        cache.buffers, cache.length, cache.filled = (k_buf, v_buf), length, filled
+    def __new__(cls, buffer: torch.Tensor, length: int, filled: list[int]):
+        cache = super().__new__(cls, buffer.narrow(2, 0, length).chunk(2, dim=1))
+        cache.buffer, cache.length, cache.filled = buffer, length, filled
         return cache
 
     def __getnewargs__(self):  # copy and pickle build it as __new__ does
-        return (*self.buffers, self.length, self.filled)
+        return self.buffer, self.length, self.filled
 
     @classmethod
     def of(cls, kv: KV | None) -> KVCache | None:
@@ -43,37 +46,41 @@ class KVCache(tuple):
 
     @classmethod
     def _grown(cls, kv: KV, length: int, need: int) -> KVCache:
-        """A copy of kv's first `length` positions in new buffers with room for `need`."""
+        """A copy of kv's first `length` positions in a new buffer with room for `need`."""
         b, h, _, d = kv[0].shape
         capacity = max(16, need, 2 * length)  # doubling: the copies cost O(1) per step
-        bufs = [kv[0].new_empty(b, h, capacity, d) for _ in range(2)]
-        for buf, x in zip(bufs, kv):
-            buf[:, :, :length] = x[:, :, :length]
-        return cls(*bufs, length, [length])
+        buffer = kv[0].new_empty(b, 2 * h, capacity, d)
+        for heads, x in zip(buffer.narrow(2, 0, length).chunk(2, dim=1), kv):
+            heads.copy_(x.narrow(2, 0, length))
+        return cls(buffer, length, [length])
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> KVCache:
-        """The cache with positions k, v (B, H_kv, n, D/H) added after its own."""
+    def append(self, k: torch.Tensor, v: torch.Tensor | None = None) -> KVCache:
+        """The cache with positions k, v (B, H_kv, n, D/H) added after its own; or, v None, k
+        the pair side by side (B, 2 H_kv, n, D/H), K's heads then V's, as one copy."""
         t, n = self.length, k.size(2)
         cache = self
-        if self.filled[0] != t or t + n > self.buffers[0].size(2):
-            cache = KVCache._grown(self.buffers, t, t + n)
-        for buf, x in zip(cache.buffers, (k, v)):
-            buf.narrow(2, t, n).copy_(x)  # narrow, not buf[:, :, t : t + n]: one call
+        if self.filled[0] != t or t + n > self.buffer.size(2):
+            cache = KVCache._grown(self, t, t + n)
+        new = cache.buffer.narrow(2, t, n)  # (B, 2 H_kv, n, D/H)
+        if v is None:
+            new.copy_(k)
+        else:
+            for heads, x in zip(new.chunk(2, dim=1), (k, v)):
+                heads.copy_(x)
         cache.filled[0] = t + n
-        return KVCache(*cache.buffers, t + n, cache.filled)
+        return KVCache(cache.buffer, t + n, cache.filled)
 
     def index_select(self, index: torch.Tensor) -> KVCache:
-        """Rows `index` of the filled positions, gathered into new buffers with room for one
+        """Rows `index` of the filled positions, gathered into a new buffer with room for one
         more position. Not the old capacity: beam search gathers every step, so the room that
         doubling keeps for later appends is never used there, and it was half the peak memory
         of beam 5 (two batches in flight, 3 layers, 320 rows: up to 126 MiB a batch at a
         capacity of 64 positions)."""
         t = self.length
-        _, h, _, d = self.buffers[0].shape  # (B, H_kv, capacity, D/H)
-        bufs = [buf.new_empty(len(index), h, t + 1, d) for buf in self.buffers]
-        for new, old in zip(bufs, self.buffers):
-            torch.index_select(old[:, :, :t], 0, index, out=new[:, :, :t])
-        return KVCache(*bufs, t, [t])
+        _, h, _, d = self.buffer.shape  # (B, 2 H_kv, capacity, D/H)
+        buffer = self.buffer.new_empty(len(index), h, t + 1, d)
+        torch.index_select(self.buffer.narrow(2, 0, t), 0, index, out=buffer.narrow(2, 0, t))
+        return KVCache(buffer, t, [t])
 
 
 @dataclass

@@ -48,7 +48,7 @@ class LayerPlan:
         self.norms = [_norm(b.norm) for b in (layer.self_block, layer.cross_block, layer.ff_block)]
         self.norm_first = layer.self_block.norm_first
         heads, kv_heads = layer.self_attn.num_heads, layer.self_attn.num_kv_heads
-        self.qkv_heads = [heads, kv_heads, kv_heads]  # Q, K and V's heads side by side
+        self.q_kv_heads = [heads, 2 * kv_heads]  # Q's heads, then K's and V's side by side
         self.d_head = layer.self_attn.d_head
 
     def sublayer_input(self, i: int, x: torch.Tensor) -> torch.Tensor:
@@ -66,11 +66,12 @@ class LayerPlan:
         rows = x.size(0)
         # self-attention over the positions so far: the new one's K, V join the cache. One
         # position: the product's (R, 1, D + 2 H_kv D/H) is the heads (R, H + 2 H_kv, 1, D/H)
-        # as a view, where split_heads would take a view and a transpose for each of Q, K, V
+        # as a view, where split_heads would take a view and a transpose for each of Q, K, V;
+        # K's and V's heads side by side are what the cache's buffer holds (one copy)
         qkv = p["qkv"](self.sublayer_input(0, x)).view(rows, -1, 1, self.d_head)
-        q, k, v = qkv.split(self.qkv_heads, dim=1)
+        q, new_kv = qkv.split(self.q_kv_heads, dim=1)
         cache = KVCache.of(past)
-        kv = (k, v) if cache is None else cache.append(k, v)
+        kv = tuple(new_kv.chunk(2, dim=1)) if cache is None else cache.append(new_kv)
         z, _ = sa.heads_context(q, *kv)  # (R, 1, D)
         x = self.residual(0, x, p["self_out"](z))
         # cross-attention: the `beams` rows of a source are one row of queries over its K, V
