@@ -124,6 +124,7 @@ def test_a_cache_grown_past_its_capacity_gives_teacher_forcings_numbers():
         memory = model.encode(src)
         found, state = steps(model, memory, model.init_state(memory), tokens)
         assert isinstance(state.self_kv[0], KVCache) and state.self_kv[0][0].shape[2] == 40
+        assert_rows_and_heads_flatten_in_place(state.self_kv[0])
         for t in (0, 15, 16, 17, 39):
             want = teacher_forced(model, src, tokens[: t + 1])
             torch.testing.assert_close(found[t], want, atol=1e-10, rtol=0)
@@ -167,6 +168,13 @@ def test_a_state_reorders_copies_and_pickles():
             torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
+def assert_rows_and_heads_flatten_in_place(cache: KVCache) -> None:
+    """K and V (B, H_kv, t, D/H) flatten to (B·H_kv, t, D/H) as views, as the one-query
+    attention reads them: a copy there would cost more than the attention at 64 rows."""
+    for x in cache:
+        assert x.flatten(0, 1).data_ptr() == x.data_ptr()  # a copy would be memory of its own
+
+
 def test_a_reordered_cache_keeps_room_for_one_more_position_only():
     """Beam search reorders every step, so room past the next position would never be used:
     the doubled capacity there was half of beam 5's peak memory. Appending into that room
@@ -181,7 +189,8 @@ def test_a_reordered_cache_keeps_room_for_one_more_position_only():
                 state, memory = state.index_select(swap), memory.index_select(swap)
                 sources = sources[swap]
                 for cache in state.self_kv if t > 1 else ():  # a cache from step 2 on
-                    assert cache.length == t and cache.buffer.size(2) == t + 1
+                    assert cache.length == t and cache.buffer.size(3) == t + 1
+                    assert_rows_and_heads_flatten_in_place(cache)
             log_probs, state, _ = model.decode_step(memory, state, torch.full((2,), token))
     for row, source in enumerate(sources.tolist()):
         want = teacher_forced(model, src[source : source + 1], tokens)

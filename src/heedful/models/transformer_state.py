@@ -14,23 +14,25 @@ KV = tuple[torch.Tensor, torch.Tensor]  # projected keys and values, (B, H_kv, l
 
 class KVCache(tuple):
     """A decoder layer's self-attention keys and values of the positions so far: the pair
-    (k, v), (B, H_kv, t, D/H) each, as views into one buffer (B, 2 H_kv, capacity, D/H), K's
-    heads then V's, with room for more positions (H_kv = H unless grouped-query: the cache is
-    what GQA makes smaller).
+    (k, v), (B, H_kv, t, D/H) each, as views into one buffer (2, B, H_kv, capacity, D/H), K
+    then V, with room for more positions (H_kv = H unless grouped-query: the cache is what GQA
+    makes smaller). K and V each keep the layout (B, H_kv, ·, D/H) of a buffer of their own,
+    so that their rows and heads flatten into one axis without a copy (attention.py's
+    one-query path; K's and V's heads side by side per row would not).
 
     A decoding step writes its one new position in place, where torch.cat would copy the whole
     past every step, and beam search's reordering gathers only the filled positions, with
     index_select (in beam 5 on Multi30k, cat and the gathers by advanced indexing were
     17% of the search's time under torch.profiler). One buffer for both: a search's step gets
     the new K and V side by side from one product (transformer_step.py), so it writes them
-    with one copy, and a reordering gathers them with one index_select.
+    with one copy, and a reordering gathers both with one index_select.
     Caches made one from another share the buffer; `filled` (shared) says how many positions
     hold values, so appending to a cache that is not the newest (two steps from one state)
     copies first, and every cache keeps the values it was made with.
     """
 
     def __new__(cls, buffer: torch.Tensor, length: int, filled: list[int]):
-        cache = super().__new__(cls, buffer.narrow(2, 0, length).chunk(2, dim=1))
+        cache = super().__new__(cls, buffer.narrow(3, 0, length).unbind(0))
         cache.buffer, cache.length, cache.filled = buffer, length, filled
         return cache
 
@@ -49,24 +51,25 @@ class KVCache(tuple):
         """A copy of kv's first `length` positions in a new buffer with room for `need`."""
         b, h, _, d = kv[0].shape
         capacity = max(16, need, 2 * length)  # doubling: the copies cost O(1) per step
-        buffer = kv[0].new_empty(b, 2 * h, capacity, d)
-        for heads, x in zip(buffer.narrow(2, 0, length).chunk(2, dim=1), kv):
-            heads.copy_(x.narrow(2, 0, length))
+        buffer = kv[0].new_empty(2, b, h, capacity, d)
+        for half, x in zip(buffer.narrow(3, 0, length), kv):
+            half.copy_(x.narrow(2, 0, length))
         return cls(buffer, length, [length])
 
     def append(self, k: torch.Tensor, v: torch.Tensor | None = None) -> KVCache:
         """The cache with positions k, v (B, H_kv, n, D/H) added after its own; or, v None, k
-        the pair side by side (B, 2 H_kv, n, D/H), K's heads then V's, as one copy."""
+        the pair side by side (B, 2 H_kv, n, D/H), K's heads then V's, written with one copy."""
         t, n = self.length, k.size(2)
         cache = self
-        if self.filled[0] != t or t + n > self.buffer.size(2):
+        if self.filled[0] != t or t + n > self.buffer.size(3):
             cache = KVCache._grown(self, t, t + n)
-        new = cache.buffer.narrow(2, t, n)  # (B, 2 H_kv, n, D/H)
-        if v is None:
-            new.copy_(k)
+        new = cache.buffer.narrow(3, t, n)  # (2, B, H_kv, n, D/H)
+        if v is None:  # (B, 2 H_kv, n, D/H) as (2, B, H_kv, n, D/H), a view
+            b, heads, _, d = k.shape
+            new.copy_(k.view(b, 2, heads // 2, n, d).transpose(0, 1))
         else:
-            for heads, x in zip(new.chunk(2, dim=1), (k, v)):
-                heads.copy_(x)
+            for half, x in zip(new, (k, v)):
+                half.copy_(x)
         cache.filled[0] = t + n
         return KVCache(cache.buffer, t + n, cache.filled)
 
@@ -77,9 +80,9 @@ class KVCache(tuple):
         of beam 5 (two batches in flight, 3 layers, 320 rows: up to 126 MiB a batch at a
         capacity of 64 positions)."""
         t = self.length
-        _, h, _, d = self.buffer.shape  # (B, 2 H_kv, capacity, D/H)
-        buffer = self.buffer.new_empty(len(index), h, t + 1, d)
-        torch.index_select(self.buffer.narrow(2, 0, t), 0, index, out=buffer.narrow(2, 0, t))
+        _, _, h, _, d = self.buffer.shape  # (2, B, H_kv, capacity, D/H)
+        buffer = self.buffer.new_empty(2, len(index), h, t + 1, d)
+        torch.index_select(self.buffer.narrow(3, 0, t), 1, index, out=buffer.narrow(3, 0, t))
         return KVCache(buffer, t, [t])
 
 
