@@ -399,6 +399,30 @@ def test_openblas_runs_on_one_thread_and_puts_the_count_back(monkeypatch):
     torch.testing.assert_close(got.double(), x.double() @ weight.double(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("relu", [False, True])
+def test_openblas_multiplies_rows_in_fours_and_returns_the_rows_asked(monkeypatch, relu):
+    """Rows are padded with zeros to a multiple of ROW_MULTIPLE for OpenBLAS's kernels (one row
+    stays a matrix-vector product); what comes back is each asked row's x Wᵀ + b, exactly its
+    count, against a float64 reference."""
+    import numpy
+
+    if not openblas.available():
+        pytest.skip("numpy's BLAS is not OpenBLAS 0.3.27 or later (test_numpys_openblas_is_found)")
+    matmul, multiplied = numpy.matmul, []
+    monkeypatch.setattr(numpy, "matmul", lambda a, b: multiplied.append(len(a)) or matmul(a, b))
+    torch.manual_seed(7)
+    weight, bias = torch.randn(24, 16), torch.randn(24)
+    for rows in [*range(1, 14), 63]:
+        x = torch.randn(rows, 1, 16)
+        got = openblas.linear(x, *openblas.operands(weight, bias), relu)
+        want = reference(x, weight, bias)
+        want = want.clamp(min=0) if relu else want
+        assert got.shape == (rows, 1, 24)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+        step = 1 if rows == 1 else openblas.ROW_MULTIPLE
+        assert multiplied.pop() == -(-rows // step) * step
+
+
 def test_products_side_by_side_in_streams_are_each_right(packing):
     """Decoding's streams multiply at once, each from its own thread (cpu.in_streams): each
     product equals its float64 reference."""
