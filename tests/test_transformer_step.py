@@ -72,6 +72,29 @@ def test_the_plans_steps_equal_the_modules_and_a_float64_reference(kind, padded,
     torch.testing.assert_close(steps(m64, src, True, beams), reference, rtol=0, atol=1e-12)
 
 
+def encoded(m: EncoderDecoder, src: torch.Tensor, plan: bool) -> torch.Tensor:
+    """The encoder's states (B, S, D) of src, through its EncoderPlan or through the modules."""
+    with torch.no_grad():
+        if plan:
+            assert transformer_step.EncoderPlan.of(m.encoder) is not None  # nothing keeps it away
+            return m.encode(src).states
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(transformer_step.EncoderPlan, "of", classmethod(lambda cls, e: None))
+            return m.encode(src).states
+
+
+@pytest.mark.parametrize("padded", [True, False])
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_encoders_plan_equals_the_modules_and_a_float64_reference(kind, padded):
+    m, src = model(**KINDS[kind]), sources(padded)
+    planned, modules = encoded(m, src, True), encoded(m, src, False)
+    m64 = m.double()
+    reference = encoded(m64, src, False)
+    torch.testing.assert_close(planned, modules, rtol=0, atol=1e-5)
+    torch.testing.assert_close(planned.double(), reference, rtol=0, atol=1e-4)
+    torch.testing.assert_close(encoded(m64, src, True), reference, rtol=0, atol=1e-12)
+
+
 def test_the_plan_takes_each_librarys_packed_products(packing):  # noqa: F811
     m, src = model(norm_first=True), sources(True)
     planned, modules = steps(m, src, True, beams=2), steps(m, src, False, beams=2)
@@ -121,6 +144,32 @@ HOOKS = {  # a hook that counts its calls, registered on one layer or on every m
 
 
 @pytest.mark.parametrize("name", HOOKS)
+def test_hooks_on_the_encoder_keep_its_modules_and_see_the_encode(name):
+    m, src, calls = model(), sources(True), []
+    handle = (
+        m.encoder.layers[1].feed_forward.register_forward_hook(lambda *_: calls.append(1))
+        if name == "a hook on a layer"
+        else HOOKS[name](m, calls)
+    )
+    try:
+        with torch.no_grad():
+            assert transformer_step.EncoderPlan.of(m.encoder) is None
+            m.encode(src)
+        assert calls  # the hook ran during the encode
+    finally:
+        handle.remove()
+
+
+def test_an_encode_asked_for_attention_goes_through_the_modules():
+    m, src = model(), sources(True)
+    with torch.no_grad():
+        planned, recorded = m.encode(src), m.encode(src, need_weights=True)
+    assert planned.self_attention is None and recorded.self_attention.shape == (3, 2, 4, 7, 7)
+    torch.testing.assert_close(planned.states, recorded.states, rtol=0, atol=1e-5)
+    torch.testing.assert_close(planned.mask, recorded.mask, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", HOOKS)
 def test_hooks_keep_the_modules_and_see_every_step(name):
     m, src, calls = model(), sources(True), []
     handle = HOOKS[name](m, calls)
@@ -147,7 +196,8 @@ def test_what_the_modules_would_compute_otherwise_gets_no_plan(case):
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=case == "autocast")
     with grad, autocast:
         state = m.init_state(m.encode(src))
-    assert state.plan is None
+        encoder_plan = transformer_step.EncoderPlan.of(m.encoder)
+    assert state.plan is None and encoder_plan is None
 
 
 def test_a_step_asked_for_attention_goes_through_the_modules():

@@ -21,7 +21,7 @@ from heedful.layers.positional import POSITIONAL_ENCODINGS
 from heedful.layers.products import apply
 from heedful.models.base import AttentionMaps, Memory, Seq2SeqOutput, StepAttention, step_log_probs
 from heedful.models.transformer_state import KV, KVCache, TransformerState
-from heedful.models.transformer_step import StepPlan
+from heedful.models.transformer_step import EncoderPlan, StepPlan
 
 
 class FeedForward(nn.Module):
@@ -196,6 +196,8 @@ class TransformerEncoder(nn.Module):
     def forward(self, src: torch.Tensor, need_weights: bool = False) -> Memory:
         """src (B, S) -> memory (B, S, D), with the self-attention (B, L, H, S, S) if asked"""
         mask = padding_mask(src, self.pad_id)  # (B, 1, S)
+        if not need_weights and (plan := EncoderPlan.of(self)) is not None:
+            return Memory(plan.run(self, src, mask), mask, src)  # the same operators, no calls
         x, weights = run_encoder_layers(self.layers, self.embed(src), mask, need_weights)
         return Memory(self.norm(x), mask, src, self_attention=weights)
 

@@ -1,6 +1,7 @@
-"""The Transformer decoder's search step without the modules' machinery: DecoderLayer's own
-operators at one new position, in one function per layer, each product's checks made once
-per search (layers/products.py: Product).
+"""The Transformer at inference without the modules' machinery: the decoder's search step
+(StepPlan: DecoderLayer's own operators at one new position) and the encoder's pass
+(EncoderPlan: EncoderLayer's over a batch of sources), in one function per layer, each
+product's checks made once per search (layers/products.py: Product).
 
 Why: a step's arithmetic at one sentence is a few hundred microseconds, and the modules'
 calls around it (nn.Module's __call__, the Residual wrappers and their closures, `apply`'s
@@ -8,14 +9,17 @@ checks and lookups for each of 19 products) cost more than that. One sentence at
 greedy search ran 1.31x as fast as through the modules and beam 5 1.19x; in batches of 64,
 greedy 1.04-1.08x on one thread and 1.10x on two, beam 5 level to 1.04x, the same outputs
 (benchmarks/decode_speed.py on an AVX2 EPYC, 2026-12-07; docs/benchmarks.md, "Session 33").
+The encoder of one 8-20 token sentence took 2.8 ms this way against 3.4 through the modules
+(one thread of the same EPYC, its plan made afresh for every sentence).
 
-A search gets a StepPlan where nothing would make the modules compute something else or
-record something: no autograd, evaluation mode, no autocast, no hooks, plain nn.Linear
-layers (int8 layers multiply on their own); `StepPlan.of` says None otherwise, and steps
-that ask for attention weights take the modules' path. Hooks registered in the middle of a
-search are not seen by its remaining steps: the viewer registers its own before searching.
+A search gets plans where nothing would make the modules compute something else or record
+something: no autograd, evaluation mode, no autocast, no hooks, plain nn.Linear layers (int8
+layers multiply on their own); `StepPlan.of` and `EncoderPlan.of` say None otherwise, and
+steps or encodes that ask for attention weights take the modules' path. Hooks registered in
+the middle of a search are not seen by its remaining steps: the viewer registers its own
+before searching.
 
-Shapes: R decode rows, D d_model, H heads, S source positions, t positions so far.
+Shapes: B sources, R decode rows, D d_model, H heads, S source positions, t positions so far.
 """
 
 from __future__ import annotations
@@ -39,26 +43,54 @@ def _norm(norm: nn.Module):
     return norm.normalized_shape, norm.weight, norm.bias, norm.eps
 
 
-class LayerPlan:
-    """One DecoderLayer's step: its attentions, products and norms."""
+def _plain_inference(module: nn.Module, device_type: str) -> bool:
+    """Whether module's forward computes and records nothing the plans would skip: no
+    autograd, evaluation mode, no autocast, no hooks on it, its modules or all modules."""
+    return not (
+        torch.is_grad_enabled()
+        or module.training
+        or torch.is_autocast_enabled(device_type)
+        or hooks._global_forward_hooks
+        or hooks._global_forward_pre_hooks
+        or any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+    )
 
-    def __init__(self, layer: nn.Module, products: dict[str, Product]):
-        self.self_attn, self.cross_attn = layer.self_attn, layer.cross_attn
-        self.products = products
-        self.norms = [_norm(b.norm) for b in (layer.self_block, layer.cross_block, layer.ff_block)]
-        self.norm_first = layer.self_block.norm_first
-        heads, kv_heads = layer.self_attn.num_heads, layer.self_attn.num_kv_heads
-        self.q_kv_heads = [heads, 2 * kv_heads]  # Q's heads, then K's and V's side by side
-        self.d_head = layer.self_attn.d_head
+
+def embed(embedding: nn.Module, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+    """transformer.Embedding's forward without its three modules' calls (its dropout is the
+    identity at inference): tokens (B, L) -> (B, L, D) at positions offset.."""
+    x = F.embedding(tokens, embedding.tokens.weight).mul_(embedding.scale)
+    return embedding.positions.forward(x, offset)  # + PE (a plan's modules have no hooks)
+
+
+class _Residuals:
+    """A layer's residual blocks as Residual computes them: what each sublayer reads, and how
+    its output joins x."""
+
+    def __init__(self, blocks: list[nn.Module]):
+        self.norms = [_norm(block.norm) for block in blocks]
+        self.norm_first = blocks[0].norm_first
 
     def sublayer_input(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """What sublayer i reads: LayerNorm(x) pre-norm, x post-norm (Residual's convention)."""
         return F.layer_norm(x, *self.norms[i]) if self.norm_first else x
 
     def residual(self, i: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """x + y pre-norm, LayerNorm(x + y) post-norm (dropout is the identity in search)."""
-        x = x.add_(y)  # x is this step's own (the embedding or a sum before): no copy
+        """x + y pre-norm, LayerNorm(x + y) post-norm (dropout is the identity at inference)."""
+        x = x.add_(y)  # x is this pass's own (the embedding or a sum before): no copy
         return x if self.norm_first else F.layer_norm(x, *self.norms[i])
+
+
+class LayerPlan(_Residuals):
+    """One DecoderLayer's step: its attentions, products and norms."""
+
+    def __init__(self, layer: nn.Module, products: dict[str, Product]):
+        super().__init__([layer.self_block, layer.cross_block, layer.ff_block])
+        self.self_attn, self.cross_attn = layer.self_attn, layer.cross_attn
+        self.products = products
+        heads, kv_heads = layer.self_attn.num_heads, layer.self_attn.num_kv_heads
+        self.q_kv_heads = [heads, 2 * kv_heads]  # Q's heads, then K's and V's side by side
+        self.d_head = layer.self_attn.d_head
 
     def run(self, x: torch.Tensor, cross_kv, past, src_mask, beams: int):
         """x (R, 1, D) -> x, and this layer's self-attention keys and values so far."""
@@ -94,14 +126,7 @@ class StepPlan:
     @classmethod
     def of(cls, decoder: nn.Module) -> StepPlan | None:
         """The plan of `decoder` for a search, or None where the modules' path must run."""
-        if (
-            torch.is_grad_enabled()
-            or decoder.training
-            or torch.is_autocast_enabled(decoder.embed.tokens.weight.device.type)
-            or hooks._global_forward_hooks
-            or hooks._global_forward_pre_hooks
-            or any(m._forward_hooks or m._forward_pre_hooks for m in decoder.modules())
-        ):
+        if not _plain_inference(decoder, decoder.embed.tokens.weight.device.type):
             return None
         layers = []
         for layer in decoder.layers:
@@ -122,7 +147,7 @@ class StepPlan:
 
     def step(self, decoder: nn.Module, state: TransformerState, last_tokens: torch.Tensor):
         """last_tokens (R,) -> log-probabilities (R, V) of the next token, and the new state."""
-        x = self.embed(decoder.embed, last_tokens, state.position)  # (R, 1, D)
+        x = embed(decoder.embed, last_tokens.view(-1, 1), state.position)  # (R, 1, D)
         past = []
         for layer, cross_kv, kv in zip(self.layers, state.cross_kv, state.self_kv):
             x, kv = layer.run(x, cross_kv, kv, state.src_mask, state.beams)
@@ -132,9 +157,59 @@ class StepPlan:
         state = replace(state, self_kv=past, position=state.position + 1)
         return step_log_probs(self.generator(x)), state
 
-    @staticmethod
-    def embed(embed: nn.Module, tokens: torch.Tensor, position: int) -> torch.Tensor:
-        """Embedding's forward at one position without its three modules' calls (its dropout
-        is the identity in search): tokens (R,) -> (R, 1, D)."""
-        x = F.embedding(tokens.view(-1, 1), embed.tokens.weight).mul_(embed.scale)
-        return embed.positions.forward(x, position)  # + PE (a plan's modules have no hooks)
+
+class EncoderLayerPlan(_Residuals):
+    """One EncoderLayer's pass: its self-attention, products and norms."""
+
+    def __init__(self, layer: nn.Module, products: dict[str, Product]):
+        super().__init__([layer.attn_block, layer.ff_block])
+        self.self_attn, self.products = layer.self_attn, products
+        kv_heads = layer.self_attn.num_kv_heads
+        self.qkv_heads = [layer.self_attn.num_heads, kv_heads, kv_heads]
+        self.d_head = layer.self_attn.d_head
+
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x (B, S, D), mask (B, 1, S) or None (no padding) -> x (B, S, D)"""
+        p, (b, s, _) = self.products, x.shape
+        # the product's (B, S, D + 2 H_kv D/H) as the heads (B, H + 2 H_kv, S, D/H): a view
+        heads = p["qkv"](self.sublayer_input(0, x)).view(b, s, -1, self.d_head).transpose(1, 2)
+        z, _ = self.self_attn.heads_context(*heads.split(self.qkv_heads, dim=1), mask)
+        x = self.residual(0, x, p["out"](z))  # z (B, S, D)
+        # FFN(x) = max(0, x W1 + b1) W2 + b2
+        hidden = p["ff_in"](self.sublayer_input(1, x), relu=True)
+        return self.residual(1, x, p["ff_out"](hidden))
+
+
+class EncoderPlan:
+    """A TransformerEncoder's pass for one encode (models/transformer.py: TransformerEncoder
+    takes it where `of` makes one and no attention weights are asked for)."""
+
+    def __init__(self, layers: list[EncoderLayerPlan], final_norm):
+        self.layers, self.final_norm = layers, final_norm
+
+    @classmethod
+    def of(cls, encoder: nn.Module) -> EncoderPlan | None:
+        """The plan of `encoder` for one encode, or None where the modules' path must run."""
+        if not _plain_inference(encoder, encoder.embed.tokens.weight.device.type):
+            return None
+        layers = []
+        for layer in encoder.layers:
+            sa, ff = layer.self_attn, layer.feed_forward.net
+            products = {
+                "qkv": planned(sa, sa.parts("q", "k", "v")),
+                "out": planned(sa, {"w_o": sa.w_o}),
+                "ff_in": planned(ff, {"0": ff[0]}),
+                "ff_out": planned(ff, {"3": ff[3]}),
+            }
+            if any(x is None for x in products.values()):
+                return None
+            layers.append(EncoderLayerPlan(layer, products))
+        return cls(layers, _norm(encoder.norm))
+
+    def run(self, encoder: nn.Module, src: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """src (B, S) ids, mask (B, 1, S) their real tokens -> the states (B, S, D)"""
+        x = embed(encoder.embed, src, 0)
+        attend = None if bool(mask.all()) else mask  # no padding (one sentence): no masking
+        for layer in self.layers:
+            x = layer.run(x, attend)
+        return x if self.final_norm is None else F.layer_norm(x, *self.final_norm)
