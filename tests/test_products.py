@@ -401,9 +401,9 @@ def test_openblas_runs_on_one_thread_and_puts_the_count_back(monkeypatch):
 
 @pytest.mark.parametrize("relu", [False, True])
 def test_openblas_multiplies_rows_in_fours_and_returns_the_rows_asked(monkeypatch, relu):
-    """Rows are padded with zeros to a multiple of ROW_MULTIPLE for OpenBLAS's kernels (one row
-    stays a matrix-vector product); what comes back is each asked row's x Wᵀ + b, exactly its
-    count, against a float64 reference."""
+    """Up to PADDED_ROWS rows are padded with zeros to a multiple of ROW_MULTIPLE for OpenBLAS's
+    kernels (one row stays a matrix-vector product, more rows stay as they are); what comes
+    back is each asked row's x Wᵀ + b, exactly its count, against a float64 reference."""
     import numpy
 
     if not openblas.available():
@@ -412,14 +412,14 @@ def test_openblas_multiplies_rows_in_fours_and_returns_the_rows_asked(monkeypatc
     monkeypatch.setattr(numpy, "matmul", lambda a, b: multiplied.append(len(a)) or matmul(a, b))
     torch.manual_seed(7)
     weight, bias = torch.randn(24, 16), torch.randn(24)
-    for rows in [*range(1, 14), 63]:
+    for rows in [*range(1, 14), openblas.PADDED_ROWS - 1, openblas.PADDED_ROWS + 1, 63]:
         x = torch.randn(rows, 1, 16)
         got = openblas.linear(x, *openblas.operands(weight, bias), relu)
         want = reference(x, weight, bias)
         want = want.clamp(min=0) if relu else want
         assert got.shape == (rows, 1, 24)
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
-        step = 1 if rows == 1 else openblas.ROW_MULTIPLE
+        step = openblas.ROW_MULTIPLE if 1 < rows <= openblas.PADDED_ROWS else 1
         assert multiplied.pop() == -(-rows // step) * step
 
 

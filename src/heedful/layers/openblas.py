@@ -65,11 +65,15 @@ def available() -> bool:
 # OpenBLAS's float32 kernels for AVX2 (Haswell's, which its Zen targets use) multiply the rows
 # of numpy's row-major x four at a time (its column-major view's N unroll); a remainder takes
 # slower edge kernels. On one thread of the Zen 3 EPYC the 256 x 1,024 product took 175 µs at
-# 11 rows and 115 at 12, 191 at 15 and 139 at 16, 460 at 63 and 412 at 64; the 256 x 8,000
-# output layer 1,510 µs at 15 rows and 1,082 at 16. So rows are padded with zeros to a multiple
-# of ROW_MULTIPLE (a sentence's encoder, greedy search's batch as its sentences finish): from
-# about 125 rows on the difference is within 7%. One row stays one (numpy's matrix-vector call).
+# 11 rows and 115 at 12, 191 at 15 and 139 at 16, 286 at 31 and 236 at 32; the 256 x 8,000
+# output layer 1,510 µs at 15 rows and 1,082 at 16. So up to PADDED_ROWS rows (a sentence's
+# encoder, greedy search's batch once few of its sentences remain) are padded with zeros to
+# a multiple of ROW_MULTIPLE; above, the padding's copy and arithmetic cost about what it
+# saves (61 rows padded 3-20% slower, 63 10% faster; 315-318 rows of the 1,024 x 256 product
+# 4-5% slower).
+# One row stays one (numpy's matrix-vector call).
 ROW_MULTIPLE = 4
+PADDED_ROWS = 32
 
 
 def operands(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
@@ -92,7 +96,7 @@ def linear(x: torch.Tensor, weight_t, bias, relu: bool) -> torch.Tensor:
 
     rows_in = numpy.ascontiguousarray(x.numpy().reshape(-1, x.size(-1)))  # (N, D_in), a view
     rows = rows_in.shape[0]
-    if rows > 1 and rows % ROW_MULTIPLE:  # zeros below, their products dropped
+    if 1 < rows <= PADDED_ROWS and rows % ROW_MULTIPLE:  # zeros below, their products dropped
         shape = (rows - rows % ROW_MULTIPLE + ROW_MULTIPLE, rows_in.shape[1])
         padded = numpy.zeros(shape, dtype=rows_in.dtype)
         padded[:rows] = rows_in
