@@ -122,6 +122,19 @@ def test_searches_find_what_they_find_through_the_modules(kind, monkeypatch):
             assert h.score == pytest.approx(e.score, abs=1e-4)
 
 
+def test_greedy_search_of_a_float64_model_scores_its_own_tokens():
+    """Greedy's totals take a float64 model's log-probabilities (into its float32 scores) as
+    they take a float32 model's: each score is the sum teacher forcing gives its tokens."""
+    m, src = model(), sources(True)
+    m64 = m.double()
+    with torch.no_grad():
+        for row, hyp in enumerate(greedy_search(m64, src, BOS, EOS)):
+            tokens = torch.tensor([[BOS, *hyp.produced(EOS)]])
+            logits = m64(src[row : row + 1], tokens[:, :-1]).logits  # (1, T, V)
+            want = logits.log_softmax(-1).gather(2, tokens[:, 1:].unsqueeze(2)).sum()
+            assert hyp.score == pytest.approx(float(want), abs=1e-5)
+
+
 def test_a_search_state_keeps_its_plan_through_reordering_and_the_mask_only_with_padding():
     m = model()
     with torch.no_grad():

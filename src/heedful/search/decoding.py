@@ -136,7 +136,7 @@ def _one_path(model, src, bos_id, eos_id, ratio_offset, prefix, choose) -> list[
         # and _compact's took 143-162 µs a step of one sentence, now 118-131 (one thread of
         # the Zen 3 EPYC, a microbenchmark)
         active = ~done[rows]  # (R,)
-        scores.index_add_(0, rows, torch.where(active, best_score, 0.0))
+        scores.index_add_(0, rows, torch.where(active, best_score, 0.0).to(scores.dtype))
         lengths.index_add_(0, rows, active.long())
         tokens.select(1, step).index_copy_(0, rows, last)
         ended = (last == eos_id).logical_or_(limits[rows] <= step + 1)  # (R,)
