@@ -423,6 +423,30 @@ def test_openblas_multiplies_rows_in_fours_and_returns_the_rows_asked(monkeypatc
         assert multiplied.pop() == -(-rows // step) * step
 
 
+def test_copies_dropped_by_a_search_beside_are_not_taken_from_under_another(packing, monkeypatch):
+    """A search on a model not kept drops its copies at every encode (forget_products); one
+    side by side may do so between another's making of an entry and its use: the entry made
+    is the one used, for product, apply and planned alike (the demo's evaluation met a
+    KeyError there once encodes made plans too)."""
+    torch.manual_seed(9)
+    owner = nn.Module()
+    owner.layer = nn.Linear(16, 24)
+    stack = products._stack
+
+    def stack_then_forget(layers):  # the other search's encode, at the worst moment
+        stacked = stack(layers)
+        products.forget_products(owner)
+        return stacked
+
+    monkeypatch.setattr(products, "_stack", stack_then_forget)
+    x, parts = torch.randn(3, 16), {"layer": owner.layer}
+    want = reference(x, owner.layer.weight, owner.layer.bias)
+    with torch.no_grad():
+        made = products.planned(owner, parts)
+        for got in (product(owner, parts, x), apply(owner, "layer", x), made(x)):
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_products_side_by_side_in_streams_are_each_right(packing):
     """Decoding's streams multiply at once, each from its own thread (cpu.in_streams): each
     product equals its float64 reference."""

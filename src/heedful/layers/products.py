@@ -66,11 +66,14 @@ def product(owner: nn.Module, parts: dict[str, nn.Module], x: torch.Tensor, relu
     as zeros), through the copies kept for owner without autograd, then max(0, ·) with relu
     (in the same pass where packed); None where one product would skip a layer's own call
     (`stacked_weights`), for the caller to call the layers."""
-    if (stacked := stacked_weights(owner, parts)) is None:
+    if torch.is_grad_enabled():
+        stacked = stacked_weights(owner, parts)
+        return None if stacked is None else _blas_product(x, *stacked, relu)
+    if (entry := _entry(owner, parts)) is None:
         return None
-    if torch.is_grad_enabled() or not _may_pack(x, stacked[0]):
-        return _blas_product(x, *stacked, relu)
-    return _packed_product(_copies[owner][tuple(parts)], x, relu)
+    if not _may_pack(x, entry["stacked"][0]):
+        return _blas_product(x, *entry["stacked"], relu)
+    return _packed_product(entry, x, relu)
 
 
 def _blas_product(x: torch.Tensor, weight, bias, relu: bool) -> torch.Tensor:
@@ -104,9 +107,8 @@ def planned(owner: nn.Module, parts: dict[str, nn.Module]) -> Product | None:
     """owner's layers `parts` as a Product, without autograd; None where `product` would give
     None (a layer not a plain nn.Linear, or hooked). Names as `apply` and `product` use them
     (attribute names), so that the three share one copy of the weights."""
-    if torch.is_grad_enabled() or stacked_weights(owner, parts) is None:
-        return None
-    return Product(_copies[owner][tuple(parts)])
+    entry = None if torch.is_grad_enabled() else _entry(owner, parts)
+    return None if entry is None else Product(entry)
 
 
 def _packed_product(entry: dict, x: torch.Tensor, relu: bool):
@@ -166,9 +168,7 @@ def apply(owner: nn.Module, name: str, x: torch.Tensor, relu=False) -> torch.Ten
         and _may_pack(x, layer.weight)
         and not _hooked(layer)
     ):  # the checks product() would make again: straight to the packed product
-        parts = {name: layer}
-        stacked_weights(owner, parts)  # the copies, made or checked
-        return _packed_product(_copies[owner][(name,)], x, relu)
+        return _packed_product(_entry(owner, {name: layer}), x, relu)  # made or checked
     return F.relu(layer(x)) if relu else layer(x)  # the layer's own call, as fast as before
 
 
@@ -178,24 +178,36 @@ def stacked_weights(owner: nn.Module, parts: dict[str, nn.Module]):
     them: MultiHeadAttention.parts); None when a layer is not a plain nn.Linear (int8 quantized
     layers multiply on their own) or has forward hooks (the viewer records Q, K and V with
     them), since one product would skip the layers' own calls."""
+    if not torch.is_grad_enabled():
+        entry = _entry(owner, parts)
+        return None if entry is None else entry["stacked"]
+    layers = list(parts.values())  # training: a fresh, differentiable stack every call
+    return _stack(layers) if _plain(layers) else None
+
+
+def _entry(owner: nn.Module, parts: dict[str, nn.Module]) -> dict | None:
+    """The copies kept for owner's layers `parts` without autograd (made where missing or
+    stale), None where stacked_weights says None. Callers use the entry itself, never a second
+    lookup: a search side by side with another on a model not kept (cpu.in_streams) may drop
+    owner's table at its own encode (forget_products) between the two, where the entry held
+    stays whole (a KeyError in the demo's evaluation once encodes made plans too)."""
     names, layers = tuple(parts), list(parts.values())
-    if any(type(x) is not nn.Linear or _hooked(x) for x in layers):
+    if not _plain(layers):
         return None
-    if torch.is_grad_enabled():  # training: a fresh, differentiable stack every call
-        return _stack(layers)
     tensors = [t for layer in layers for t in (layer.weight, layer.bias) if t is not None]
     key = [(t.data_ptr(), t._version, t.dtype, t.device, t.shape) for t in tensors]
     kept = _copies.setdefault(owner, {})
-    if names not in kept or kept[names]["key"] != key:
+    entry = kept.get(names)
+    if entry is None or entry["key"] != key:
         held = [t.detach() for t in tensors]  # keeps the storages, hence the addresses
-        kept[names] = {
+        entry = kept[names] = {
             "key": key,
             "stacked": _stack(layers),
             "held": held,
             "packed": None,  # oneDNN's packed copy, made on first use
             "transposed": None,  # OpenBLAS's Wᵀ and b (numpy arrays), made on first use
         }
-    return kept[names]["stacked"]
+    return entry
 
 
 def forget_products(model: nn.Module) -> None:
@@ -304,6 +316,12 @@ def _stack(layers: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
         return weight, None
     zeros = layers[0].weight.new_zeros  # the key projection has no bias
     return weight, torch.cat([zeros(x.out_features) if x.bias is None else x.bias for x in layers])
+
+
+def _plain(layers: list[nn.Module]) -> bool:
+    """Whether one product can stand for the layers' calls: plain nn.Linear layers (int8
+    quantized layers multiply on their own), none hooked."""
+    return all(type(x) is nn.Linear and not _hooked(x) for x in layers)
 
 
 def _hooked(module: nn.Module) -> bool:
