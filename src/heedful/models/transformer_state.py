@@ -32,7 +32,10 @@ class KVCache(tuple):
     """
 
     def __new__(cls, buffer: torch.Tensor, length: int, filled: list[int]):
-        cache = super().__new__(cls, buffer.narrow(3, 0, length).unbind(0))
+        # K and V by select, not unbind: under autograd the buffer is written in place after
+        # they are made, which views from a function of several outputs do not allow
+        kv = buffer.narrow(3, 0, length)
+        cache = super().__new__(cls, (kv.select(0, 0), kv.select(0, 1)))
         cache.buffer, cache.length, cache.filled = buffer, length, filled
         return cache
 
@@ -52,8 +55,8 @@ class KVCache(tuple):
         b, h, _, d = kv[0].shape
         capacity = max(16, need, 2 * length)  # doubling: the copies cost O(1) per step
         buffer = kv[0].new_empty(2, b, h, capacity, d)
-        for half, x in zip(buffer.narrow(3, 0, length), kv):
-            half.copy_(x.narrow(2, 0, length))
+        for i, x in enumerate(kv):  # select: iterating gives views autograd cannot write
+            buffer.select(0, i).narrow(2, 0, length).copy_(x.narrow(2, 0, length))
         return cls(buffer, length, [length])
 
     def append(self, k: torch.Tensor, v: torch.Tensor | None = None) -> KVCache:
@@ -68,8 +71,8 @@ class KVCache(tuple):
             b, heads, _, d = k.shape
             new.copy_(k.view(b, 2, heads // 2, n, d).transpose(0, 1))
         else:
-            for half, x in zip(new, (k, v)):
-                half.copy_(x)
+            for i, x in enumerate((k, v)):
+                new.select(0, i).copy_(x)
         cache.filled[0] = t + n
         return KVCache(cache.buffer, t + n, cache.filled)
 
