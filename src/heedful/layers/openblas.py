@@ -19,6 +19,7 @@ or an OpenBLAS without that function, `available` is False and products.py keeps
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 from pathlib import Path
@@ -57,6 +58,17 @@ def bundled_openblas(maps: str, folder: Path) -> Path | None:
     return None
 
 
+@contextlib.contextmanager
+def one_thread():
+    """numpy's OpenBLAS on one thread in this block (this thread's count; `available` first)."""
+    setter = _thread_setter()
+    before = setter(1)
+    try:
+        yield
+    finally:
+        setter(before)
+
+
 def available() -> bool:
     """Whether products can go through numpy's OpenBLAS, one thread of its own each."""
     return _thread_setter() is not None
@@ -85,30 +97,32 @@ def operands(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple:
 
 def linear(x: torch.Tensor, weight_t, bias, relu: bool) -> torch.Tensor:
     """max(0, ·) if relu of x Wᵀ + b, x (.., D_in) float32, weight_t = Wᵀ and bias b numpy
-    arrays (`operands`), on one thread.
+    arrays (`operands`), on one thread: `multiply` of x's rows, handed to torch without a copy.
 
-    All of it in numpy, the result handed to torch without a copy: numpy's calls cost about a
-    microsecond each on small arrays, torch's several (one row of a 256-wide layer took 19.6 µs
-    through torch's reshape, empty, add_ and view around the product, 1.5 µs for the product
-    alone; a search's step makes ten such products). The sums are the same in either library:
-    one float32 addition per entry, and max(0, ·) exact."""
+    All of it in numpy: numpy's calls cost about a microsecond each on small arrays, torch's
+    several (one row of a 256-wide layer took 19.6 µs through torch's reshape, empty, add_ and
+    view around the product, 1.5 µs for the product alone; a search's step makes ten such
+    products). The sums are the same in either library: one float32 addition per entry, and
+    max(0, ·) exact."""
+    y = multiply(x.numpy().reshape(-1, x.size(-1)), weight_t, bias, relu)  # (N, D_out)
+    return torch.from_numpy(y.reshape(*x.shape[:-1], y.shape[1]))
+
+
+def multiply(rows_in, weight_t, bias, relu: bool):
+    """`linear` of numpy rows (N, D_in) -> (N, D_out), a new array."""
     import numpy
 
-    rows_in = numpy.ascontiguousarray(x.numpy().reshape(-1, x.size(-1)))  # (N, D_in), a view
+    rows_in = numpy.ascontiguousarray(rows_in)  # a view where it is one already
     rows = rows_in.shape[0]
     if 1 < rows <= PADDED_ROWS and rows % ROW_MULTIPLE:  # zeros below, their products dropped
         shape = (rows - rows % ROW_MULTIPLE + ROW_MULTIPLE, rows_in.shape[1])
         padded = numpy.zeros(shape, dtype=rows_in.dtype)
         padded[:rows] = rows_in
         rows_in = padded
-    setter = _thread_setter()
-    before = setter(1)
-    try:
+    with one_thread():
         y = numpy.matmul(rows_in, weight_t)[:rows]  # y = x Wᵀ (N, D_out)
-    finally:
-        setter(before)
     if bias is not None:
         numpy.add(y, bias, out=y)
     if relu:
         numpy.maximum(y, 0, out=y)
-    return torch.from_numpy(y.reshape(*x.shape[:-1], y.shape[1]))
+    return y

@@ -63,9 +63,7 @@ class KVCache(tuple):
         """The cache with positions k, v (B, H_kv, n, D/H) added after its own; or, v None, k
         the pair side by side (B, 2 H_kv, n, D/H), K's heads then V's, written with one copy."""
         t, n = self.length, k.size(2)
-        cache = self
-        if self.filled[0] != t or t + n > self.buffer.size(3):
-            cache = KVCache._grown(self, t, t + n)
+        cache = self.room(n)
         new = cache.buffer.narrow(3, t, n)  # (2, B, H_kv, n, D/H)
         if v is None:  # (B, 2 H_kv, n, D/H) as (2, B, H_kv, n, D/H), a view
             b, heads, _, d = k.shape
@@ -75,6 +73,18 @@ class KVCache(tuple):
                 new.select(0, i).copy_(x)
         cache.filled[0] = t + n
         return KVCache(cache.buffer, t + n, cache.filled)
+
+    def room(self, n: int) -> KVCache:
+        """A cache of these positions whose buffer takes n more after them in place: this one,
+        or a copy where the buffer is full or holds a newer cache's positions there."""
+        if self.filled[0] != self.length or self.length + n > self.buffer.size(3):
+            return KVCache._grown(self, self.length, self.length + n)
+        return self
+
+    @classmethod
+    def empty(cls, like: torch.Tensor, rows: int, heads: int, d_head: int) -> KVCache:
+        """A cache of no positions yet for `rows` rows (like: a tensor of the dtype and device)."""
+        return cls(like.new_empty(2, rows, heads, 16, d_head), 0, [0])
 
     def index_select(self, index: torch.Tensor) -> KVCache:
         """Rows `index` of the filled positions, gathered into a new buffer with room for one

@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn.modules import module as hooks
 
 from heedful.layers.products import Product, planned
+from heedful.models import step_numpy
 from heedful.models.base import step_log_probs
 from heedful.models.transformer_state import KVCache, TransformerState
 
@@ -120,8 +121,10 @@ class StepPlan:
     """A TransformerDecoder's step for one search (models/transformer.py: TransformerDecoder.step
     takes it where init_state made one)."""
 
-    def __init__(self, layers: list[LayerPlan], generator: Product, final_norm):
+    def __init__(self, layers: list[LayerPlan], generator: Product, final_norm, numpy=False):
         self.layers, self.generator, self.final_norm = layers, generator, final_norm
+        # float32 on the CPU: numpy between the products (step_numpy.py)
+        self.numpy = step_numpy.NumpyStep(self) if numpy else None
 
     @classmethod
     def of(cls, decoder: nn.Module) -> StepPlan | None:
@@ -143,10 +146,16 @@ class StepPlan:
                 return None
             layers.append(LayerPlan(layer, products))
         generator = planned(decoder, {"generator": decoder.generator})
-        return None if generator is None else cls(layers, generator, _norm(decoder.norm))
+        if generator is None:
+            return None
+        return cls(layers, generator, _norm(decoder.norm), step_numpy.usable(decoder))
 
     def step(self, decoder: nn.Module, state: TransformerState, last_tokens: torch.Tensor):
         """last_tokens (R,) -> log-probabilities (R, V) of the next token, and the new state."""
+        if self.numpy is not None and step_numpy.takes(last_tokens.size(0)):
+            x = step_numpy.embed(decoder.embed, last_tokens, state.position)
+            if x is not None:
+                return self.numpy.step(state, x)
         x = embed(decoder.embed, last_tokens.view(-1, 1), state.position)  # (R, 1, D)
         past = []
         for layer, cross_kv, kv in zip(self.layers, state.cross_kv, state.self_kv):
