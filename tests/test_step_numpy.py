@@ -3,11 +3,13 @@ modules and StepPlan's torch operators compute, for every kind of Transformer de
 or not, one row or beams per source; a search may switch between the two from step to step;
 and only a float32 model on the CPU with numpy's OpenBLAS takes it."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 from test_products import packing, reference  # noqa: F401  (packing: each library's way)
-from test_transformer_step import KINDS, model, sources, steps
+from test_transformer_step import BOS, KINDS, model, sources, steps
 from torch import nn
 
 from heedful.layers import openblas, products
@@ -16,6 +18,12 @@ from heedful.models import step_numpy, transformer_step
 pytestmark = pytest.mark.skipif(
     not openblas.available(), reason="numpy's BLAS is not OpenBLAS 0.3.27 or later"
 )
+
+
+@pytest.fixture(autouse=True)
+def openblas_way(monkeypatch):
+    """OpenBLAS's way of multiplying, whatever this CPU's (numpy's step takes no other)."""
+    monkeypatch.setattr(products, "_way_here", lambda: "openblas")
 
 
 @pytest.fixture
@@ -27,13 +35,20 @@ def numpy_steps(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("beams", [1, 3])
-@pytest.mark.parametrize("padded", [True, False])
+ROWS = {  # the decode rows compared: sources, beams per source, padded
+    "one row": (1, 1, False),
+    "nine rows": (3, 3, False),
+    "nine rows, padded": (3, 3, True),
+}
+
+
+@pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_numpys_steps_equal_torchs_the_modules_and_a_float64_reference(
-    kind, padded, beams, numpy_steps, monkeypatch
+    kind, rows, numpy_steps, monkeypatch
 ):
-    m, src = model(**KINDS[kind]), sources(padded)
+    count, beams, padded = ROWS[rows]
+    m, src = model(**KINDS[kind]), sources(padded)[:count]
     with_numpy = steps(m, src, True, beams)
     assert len(numpy_steps) == 6  # every step took numpy's way
     modules = steps(m, src, False, beams)
@@ -50,7 +65,7 @@ def test_numpys_steps_equal_torchs_the_modules_and_a_float64_reference(
 def test_a_search_may_switch_ways_from_step_to_step(kind, numpy_steps, monkeypatch):
     """The keys and values go into one KVCache whichever way wrote them."""
     m, src = model(**KINDS[kind]), sources(True)
-    modules = steps(m, src, False, beams=2)
+    modules = steps(m, src, False, beams=3)
     limits = iter([step_numpy.NUMPY_ROWS, 0] * 3)  # numpy's way, torch's, numpy's, ..
     step = transformer_step.StepPlan.step
 
@@ -59,12 +74,12 @@ def test_a_search_may_switch_ways_from_step_to_step(kind, numpy_steps, monkeypat
         return step(self, *args)
 
     monkeypatch.setattr(transformer_step.StepPlan, "step", switching)
-    torch.testing.assert_close(steps(m, src, True, beams=2), modules, rtol=0, atol=1e-5)
+    torch.testing.assert_close(steps(m, src, True, beams=3), modules, rtol=0, atol=1e-5)
     assert len(numpy_steps) == 3
 
 
 def test_only_a_float32_model_on_one_thread_takes_numpys_way(numpy_steps):
-    m, src = model(), sources(True)
+    m, src = model(), sources(False)[:1]
     steps(m.double(), src, True)
     assert not numpy_steps  # float64: StepPlan's torch operators
     threads = torch.get_num_threads()
@@ -76,6 +91,34 @@ def test_only_a_float32_model_on_one_thread_takes_numpys_way(numpy_steps):
     assert not numpy_steps  # a batch on two threads: torch's operators share it
     steps(m, src, True)
     assert len(numpy_steps) == 6
+
+
+def test_a_cache_grown_past_its_capacity_and_two_steps_from_one_state(numpy_steps):
+    """20 steps grow the cache's buffer past its 16 positions; a second step from a state must
+    not see what the first wrote into the buffer they share (KVCache.room copies)."""
+    m, src = model(norm_first=True), sources(False)[:1]
+    torch.testing.assert_close(steps(m, src, True, count=20), steps(m, src, False, count=20))
+    assert len(numpy_steps) == 20
+
+    def branches(plan: bool):
+        with torch.no_grad():
+            memory = m.encode(src)
+            state = m.init_state(memory)
+            state = state if plan else replace(state, plan=None, src_mask=memory.mask)
+            for token in (BOS, 5, 6):
+                _, state, _ = m.decode_step(memory, state, torch.tensor([token]), False)
+            a, a_state, _ = m.decode_step(memory, state, torch.tensor([7]), False)
+            b, _, _ = m.decode_step(memory, state, torch.tensor([8]), False)
+            return torch.cat([a, b, m.decode_step(memory, a_state, torch.tensor([9]), False)[0]])
+
+    torch.testing.assert_close(branches(True), branches(False), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("beams", [2, products.FEW_ROWS])
+def test_rows_that_onednn_multiplies_keep_torchs_operators(beams, numpy_steps):
+    """2 to FEW_ROWS rows go to oneDNN's copy through torch: numpy's way gained nothing there."""
+    steps(model(), sources(False)[:1], True, beams)
+    assert not numpy_steps
 
 
 def test_attention_of_fully_masked_queries_is_zero_and_the_rest_float64s():

@@ -104,6 +104,10 @@ class Product:
             return _packed_product(self.entry, x, relu)
         return _blas_product(x, self.weight, self.bias, relu)
 
+    def by_numpy(self, rows: int) -> bool:
+        """Whether `numpy` multiplies `rows` rows by numpy's OpenBLAS (else through torch)."""
+        return self.openblas and (rows == 1 or rows > FEW_ROWS) and _call_fits()
+
     def numpy(self, x, relu: bool = False):
         """`__call__` of numpy rows x (N, D_in) float32 -> (N, D_out), for models/step_numpy.py:
         numpy's OpenBLAS where OpenBLAS's way takes the rows (one, or more than FEW_ROWS),
@@ -112,8 +116,7 @@ class Product:
         Why the small weights too: at one row, numpy's OpenBLAS multiplied the 256 x 256
         weights of the Multi30k recipe's Transformer, nine a step, in 273 µs against 483 µs
         through torch's F.linear (one thread of the Zen 3 EPYC, 2026-12-07)."""
-        rows = x.shape[0]
-        if self.openblas and (rows == 1 or rows > FEW_ROWS) and _call_fits():
+        if self.by_numpy(x.shape[0]):
             if self.entry["transposed"] is None:  # Wᵀ (D_in, D_out) and b, made once
                 self.entry["transposed"] = openblas.operands(*self.entry["stacked"])
             return openblas.multiply(x, *self.entry["transposed"], relu)

@@ -152,7 +152,7 @@ class StepPlan:
 
     def step(self, decoder: nn.Module, state: TransformerState, last_tokens: torch.Tensor):
         """last_tokens (R,) -> log-probabilities (R, V) of the next token, and the new state."""
-        if self.numpy is not None and step_numpy.takes(last_tokens.size(0)):
+        if self.numpy is not None and step_numpy.takes(last_tokens.size(0), self.generator):
             x = step_numpy.embed(decoder.embed, last_tokens, state.position)
             if x is not None:
                 return self.numpy.step(state, x)
