@@ -1,19 +1,21 @@
-"""The decoder's search step for a few rows on the CPU, its small operators in numpy.
+"""The decoder's search step on one CPU thread with numpy between its products.
 
 Why: one sentence at a time, a step's arithmetic between its products is a few thousand
-numbers (LayerNorm over 256, one query's attention over a few dozen keys), and each torch
+numbers (one query's attention over a few dozen keys, residual sums over 256), and each torch
 operator around them costs far more than its arithmetic: about 9 µs inside a step, where the
 products stream the weights through the caches and evict torch's own code and data (one
-thread of the Zen 3 EPYC, docs/benchmarks.md "Session 35"). numpy's calls on such arrays cost
-1-2 µs. With the same products, a greedy step of the Multi30k recipe's Transformer at one row
-took 1.8 ms this way against 2.9 ms through StepPlan's torch operators (a prototype, 2026-12-07),
-its log-probabilities within 6e-6 of them.
+thread of the Zen 3 EPYC, docs/benchmarks.md "Session 35"); numpy's calls on such arrays cost
+a few. The products themselves go through numpy's OpenBLAS with no torch call between
+(Product.numpy), the small weights too, which StepPlan's torch path multiplies by torch's
+BLAS. A greedy step of the Multi30k recipe's Transformer at one row took 2.5 ms this way
+against 3.0 ms through StepPlan's torch operators, inside whole searches (docs/benchmarks.md,
+"Session 36"). LayerNorm stays torch's (one operator, where numpy's takes seven calls).
 
-The step is StepPlan's (models/transformer_step.py), operator for operator: the products are
-the plan's own (layers/products.py), the keys and values go into the same KVCache through
-torch, so a search's steps may switch between the two paths from one step to the next (greedy
-search's batch shrinks below NUMPY_ROWS). Sums are float32 as torch's, in another order:
-outputs may differ from the torch path's where two words' scores nearly tie.
+The step is StepPlan's (models/transformer_step.py), operator for operator, with the plan's
+own products (layers/products.py) and the same KVCache, so that a search's steps may switch
+between the two ways from one step to the next (beam search's first step has one row a
+sentence, the next ones K). Sums are float32 as torch's, in another order: outputs may differ
+from the torch path's where two words' scores nearly tie.
 
 Shapes: R decode rows, D d_model, H heads (H_kv of keys and values, G = H / H_kv), t
 positions so far, S source positions.
