@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import torch
 
 KV = tuple[torch.Tensor, torch.Tensor]  # projected keys and values, (B, H_kv, len, D/H) each
+LEAST_CAPACITY = 16  # positions a cache's buffer holds at the least
 
 
 class KVCache(tuple):
@@ -53,7 +54,7 @@ class KVCache(tuple):
     def _grown(cls, kv: KV, length: int, need: int) -> KVCache:
         """A copy of kv's first `length` positions in a new buffer with room for `need`."""
         b, h, _, d = kv[0].shape
-        capacity = max(16, need, 2 * length)  # doubling: the copies cost O(1) per step
+        capacity = max(LEAST_CAPACITY, need, 2 * length)  # doubling: the copies cost O(1) per step
         buffer = kv[0].new_empty(2, b, h, capacity, d)
         for i, x in enumerate(kv):  # select: iterating gives views autograd cannot write
             buffer.select(0, i).narrow(2, 0, length).copy_(x.narrow(2, 0, length))
@@ -84,7 +85,7 @@ class KVCache(tuple):
     @classmethod
     def empty(cls, like: torch.Tensor, rows: int, heads: int, d_head: int) -> KVCache:
         """A cache of no positions yet for `rows` rows (like: a tensor of the dtype and device)."""
-        return cls(like.new_empty(2, rows, heads, 16, d_head), 0, [0])
+        return cls(like.new_empty(2, rows, heads, LEAST_CAPACITY, d_head), 0, [0])
 
     def index_select(self, index: torch.Tensor) -> KVCache:
         """Rows `index` of the filled positions, gathered into a new buffer with room for one
