@@ -297,8 +297,10 @@ def product_way(environ=None, vendor=None, machine=None, flags=None, openblas_ok
     """Where float32 products without autograd go here: "onednn" (packed weights), "openblas"
     (numpy's, openblas.py) or "blas" (torch's own F.linear), as HEEDFUL_CPU_PRODUCTS says
     where it is set, else by the CPU. Intel's CPUs keep MKL, their vendor's own library (and
-    CTranslate2's choice there); other architectures keep their BLAS: neither was measured
-    against the others here. Other x86 CPUs take OpenBLAS where they lack AVX-512 (measured on
+    CTranslate2's choice there): on an Intel Xeon with AVX-512 and AMX, one thread, oneDNN's
+    way decoded batches of 64 0.94x as fast greedy and 0.98x at beam 5, OpenBLAS's 0.84x /
+    0.94x (docs/benchmarks.md, "Session 37"). Other architectures keep their BLAS, not
+    measured against the others. Other x86 CPUs take OpenBLAS where they lack AVX-512 (measured on
     an AVX2-only AMD EPYC, Zen 3) and oneDNN where they have it (a Zen 4 EPYC); a way this
     process cannot take (a torch without oneDNN's operators, a numpy without OpenBLAS's
     per-thread count) falls back to the next, oneDNN, then the BLAS."""
