@@ -300,10 +300,10 @@ def product_way(environ=None, vendor=None, machine=None, flags=None, openblas_ok
     CTranslate2's choice there): on an Intel Xeon with AVX-512 and AMX, one thread, oneDNN's
     way decoded batches of 64 0.94x as fast greedy and 0.98x at beam 5, OpenBLAS's 0.84x /
     0.94x (docs/benchmarks.md, "Session 37"). Other architectures keep their BLAS, not
-    measured against the others. Other x86 CPUs take OpenBLAS where they lack AVX-512 (measured on
-    an AVX2-only AMD EPYC, Zen 3) and oneDNN where they have it (a Zen 4 EPYC); a way this
-    process cannot take (a torch without oneDNN's operators, a numpy without OpenBLAS's
-    per-thread count) falls back to the next, oneDNN, then the BLAS."""
+    measured against the others. Other x86 CPUs take OpenBLAS where they lack AVX-512
+    (measured on an AVX2-only AMD EPYC, Zen 3) and oneDNN where they have it (a Zen 4 EPYC);
+    a way this process cannot take (a torch without oneDNN's operators, a numpy without
+    OpenBLAS's per-thread count) falls back to the next, oneDNN, then the BLAS."""
     environ = os.environ if environ is None else environ
     choice = environ.get(CHOICE, "").strip().lower()
     if choice not in ("", "onednn", "openblas", "blas"):
